@@ -1,0 +1,12 @@
+"""CALO: calibrated evidential graph cost models for TVM Meta-Schedule."""
+
+import os
+
+# Telemetry must be off before prefect, mlflow or dvc is imported anywhere in the process.
+for _key, _value in {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "DVC_NO_ANALYTICS": "1",
+    "MLFLOW_ENABLE_TELEMETRY": "false",
+}.items():
+    os.environ.setdefault(_key, _value)

@@ -1,0 +1,54 @@
+"""A device entry of params.yaml turned into TVM objects: target, builder and runner."""
+
+from __future__ import annotations
+
+import os
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from calo import build
+from calo.config import CaloError, Device
+
+HOST_CPU = "host"
+
+
+def make_target(device: Device) -> tvm.target.Target:
+    spec = dict(device.target)
+    if spec.get("mcpu") == HOST_CPU:
+        spec["mcpu"] = tvm.target.codegen.llvm_get_system_cpu()
+    try:
+        return tvm.target.Target(spec)
+    except Exception as err:  # TVM raises several error types for bad targets
+        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise CaloError(f"device '{device.name}': invalid target {device.target}: {first}") from None
+
+
+def make_builder(harvest: dict) -> ms.builder.LocalBuilder:
+    return ms.builder.LocalBuilder(
+        f_build=build.build,
+        max_workers=int(harvest["build_workers"]),
+        timeout_sec=float(harvest["build_timeout_s"]),
+    )
+
+
+def make_runner(device: Device, harvest: dict) -> ms.runner.Runner:
+    """Measure on this machine; the runtime thread count follows the device's runner entry."""
+    kind = device.runner.get("kind", "local")
+    if kind != "local":
+        raise CaloError(f"device '{device.name}': runner kind '{kind}' is not supported (local)")
+    threads = device.runner.get("num_threads")
+    if threads:
+        # Runner workers are spawned after this and inherit the environment.
+        os.environ["TVM_NUM_THREADS"] = str(threads)
+    config = ms.runner.EvaluatorConfig(
+        number=int(harvest["number"]),
+        repeat=int(harvest["repeat"]),
+        min_repeat_ms=int(harvest["min_repeat_ms"]),
+        enable_cpu_cache_flush=False,
+    )
+    return ms.runner.LocalRunner(timeout_sec=float(harvest["run_timeout_s"]), evaluator_config=config)
+
+
+def device_type(target: tvm.target.Target) -> str:
+    return "cuda" if target.kind.name == "cuda" else "cpu"

@@ -1,0 +1,207 @@
+"""A scheduled TIR PrimFunc as a typed, directed multigraph.
+
+Nodes are loops, blocks and buffers (memory scopes). Edges:
+  nest      enclosing loop/block -> loop/block directly inside it
+  dataflow  buffer -> block that reads it, block -> buffer it writes
+  sequence  a statement -> the next one in the same sequence (loop order after reorder)
+  fusion    between consecutive blocks that share an enclosing loop (compute-at / fused nests)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+from tvm import s_tir, tirx
+
+EDGE_TYPES = ("nest", "dataflow", "sequence", "fusion")
+NEST, DATAFLOW, SEQUENCE, FUSION = range(4)
+
+# Feature columns. Counts and sizes enter as log2(1 + x) so they are comparable across shapes.
+FEATURES = (
+    "is_loop", "is_block", "is_buffer",
+    "log_extent",           # loop extent / block iteration domain / buffer elements
+    "serial", "parallel", "vectorized", "unrolled", "thread_bound",
+    "log_unroll_step",      # pragma_auto_unroll_max_step on the loop
+    "depth",                # loops and blocks above this node
+    "log_trip_count",       # iterations of this node's body: product of enclosing extents
+    "log_bytes",            # buffer bytes
+    "scope_global", "scope_local", "scope_shared",
+    "is_reduction",         # block has a reduction iterator
+    "thread_tag",           # 1 + index of the thread tag (blockIdx.x, ..., threadIdx.z), else 0
+)
+NUM_FEATURES = len(FEATURES)
+_COL = {name: i for i, name in enumerate(FEATURES)}
+_THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+                "threadIdx.z", "vthread")
+_LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_bound")
+
+
+@dataclass
+class ScheduleGraph:
+    x: np.ndarray            # [num_nodes, NUM_FEATURES] float32
+    edge_index: np.ndarray   # [2, num_edges] int64
+    edge_type: np.ndarray    # [num_edges] int64
+
+
+@dataclass
+class _Builder:
+    rows: list[np.ndarray] = field(default_factory=list)
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    etype: list[int] = field(default_factory=list)
+    buffers: dict[str, int] = field(default_factory=dict)
+
+    def node(self, **values: float) -> int:
+        row = np.zeros(NUM_FEATURES, dtype=np.float32)
+        for name, value in values.items():
+            row[_COL[name]] = value
+        self.rows.append(row)
+        return len(self.rows) - 1
+
+    def edge(self, src: int, dst: int, kind: int) -> None:
+        self.src.append(src)
+        self.dst.append(dst)
+        self.etype.append(kind)
+
+    def buffer(self, buf) -> int:
+        name = buf.name
+        if name not in self.buffers:
+            elems = math.prod(_int(s) for s in buf.shape)
+            bits = int(re.search(r"(\d+)$", str(buf.dtype)).group(1)) if re.search(
+                r"\d+$", str(buf.dtype)) else 32
+            scope = buf.scope()
+            self.buffers[name] = self.node(
+                is_buffer=1,
+                log_extent=_log(elems),
+                log_bytes=_log(elems * bits / 8),
+                scope_global=float(scope == "global"),
+                scope_local=float(scope.startswith("local")),
+                scope_shared=float(scope.startswith("shared")),
+            )
+        return self.buffers[name]
+
+
+def _int(expr) -> int:
+    try:
+        return int(expr)
+    except (TypeError, ValueError):
+        return 1  # symbolic extent: no static size to report
+
+
+def _log(value: float) -> float:
+    return math.log2(1.0 + max(value, 0.0))
+
+
+def extract_graph(func: tirx.PrimFunc) -> ScheduleGraph:
+    """Walk a scheduled PrimFunc once and return its schedule graph."""
+    g = _Builder()
+    for param in func.params:
+        if hasattr(param, "shape"):
+            g.buffer(param)
+    _walk(g, func.body, parent=None, depth=0, trips=1, loop_blocks=[])
+    x = np.stack(g.rows) if g.rows else np.zeros((0, NUM_FEATURES), np.float32)
+    return ScheduleGraph(
+        x=x,
+        edge_index=np.array([g.src, g.dst], dtype=np.int64).reshape(2, -1),
+        edge_type=np.array(g.etype, dtype=np.int64),
+    )
+
+
+def _walk(g: _Builder, stmt, parent: int | None, depth: int, trips: int,
+          loop_blocks: list[int]) -> list[int]:
+    """Add stmt's nodes; return the ids of the top-level nodes it produced (for sequence edges).
+
+    loop_blocks collects the block ids found under the innermost enclosing loop, for fusion edges.
+    """
+    if isinstance(stmt, s_tir.SBlockRealize):
+        return _walk_block(g, stmt.block, parent, depth, trips, loop_blocks)
+    if isinstance(stmt, tirx.For):
+        return [_walk_loop(g, stmt, parent, depth, trips, loop_blocks)]
+    if isinstance(stmt, tirx.SeqStmt):
+        heads: list[int] = []
+        previous: int | None = None
+        for child in stmt.seq:
+            produced = _walk(g, child, parent, depth, trips, loop_blocks)
+            if produced:
+                if previous is not None:
+                    g.edge(previous, produced[0], SEQUENCE)
+                previous = produced[-1]
+                heads.extend(produced)
+        return heads
+    if isinstance(stmt, tirx.IfThenElse):
+        produced = _walk(g, stmt.then_case, parent, depth, trips, loop_blocks)
+        if stmt.else_case is not None:
+            produced += _walk(g, stmt.else_case, parent, depth, trips, loop_blocks)
+        return produced
+    body = getattr(stmt, "body", None)
+    if isinstance(body, tirx.Stmt):
+        return _walk(g, body, parent, depth, trips, loop_blocks)
+    return []
+
+
+def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trips: int,
+               loop_blocks: list[int]) -> int:
+    extent = _int(loop.extent)
+    kind = _LOOP_KINDS[int(loop.kind)] if int(loop.kind) < len(_LOOP_KINDS) else "serial"
+    tag = loop.thread_binding.thread_tag if loop.thread_binding is not None else ""
+    unroll = loop.annotations.get("pragma_auto_unroll_max_step", 0) if loop.annotations else 0
+    node = g.node(
+        is_loop=1,
+        log_extent=_log(extent),
+        depth=depth,
+        log_trip_count=_log(trips * extent),
+        log_unroll_step=_log(_int(unroll)),
+        thread_tag=_THREAD_TAGS.index(tag) + 1 if tag in _THREAD_TAGS else 0,
+        **{kind: 1.0},
+    )
+    if parent is not None:
+        g.edge(parent, node, NEST)
+    inner_blocks: list[int] = []
+    _walk(g, loop.body, node, depth + 1, trips * extent, inner_blocks)
+    # Blocks computed inside the same loop nest are fused: link them in program order.
+    for a, b in zip(inner_blocks, inner_blocks[1:]):
+        g.edge(a, b, FUSION)
+    loop_blocks.extend(inner_blocks)
+    return node
+
+
+def _walk_block(g: _Builder, block: s_tir.SBlock, parent: int | None, depth: int, trips: int,
+                loop_blocks: list[int]) -> list[int]:
+    for buf in block.alloc_buffers:
+        g.buffer(buf)
+    if block.name_hint == "root" and parent is None:
+        return _walk(g, block.body, None, depth, trips, loop_blocks)
+    domain = math.prod(_int(iv.dom.extent) for iv in block.iter_vars)
+    reduction = any(int(iv.iter_type) == 2 for iv in block.iter_vars)  # CommReduce
+    node = g.node(
+        is_block=1,
+        log_extent=_log(domain),
+        depth=depth,
+        log_trip_count=_log(trips),
+        is_reduction=float(reduction),
+    )
+    if parent is not None:
+        g.edge(parent, node, NEST)
+    for region in block.reads:
+        g.edge(g.buffer(region.source), node, DATAFLOW)
+    for region in block.writes:
+        g.edge(node, g.buffer(region.source), DATAFLOW)
+    loop_blocks.append(node)
+    _walk(g, block.body, node, depth + 1, trips, loop_blocks)
+    return [node]
+
+
+def graph_of_record(record) -> ScheduleGraph:
+    """The graph of a TuningRecord's scheduled program (its trace replayed on its workload)."""
+    return extract_graph(record.as_measure_candidate().sch.mod["main"])
+
+
+def graph_of_candidate(candidate) -> ScheduleGraph:
+    return extract_graph(candidate.sch.mod["main"])
+
+
+__all__ = ["EDGE_TYPES", "FEATURES", "NUM_FEATURES", "ScheduleGraph", "extract_graph",
+           "graph_of_record", "graph_of_candidate"]

@@ -1,0 +1,104 @@
+"""Training and inference loops for the evidential model (pure torch; progress via a callback)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+
+from models.evidential import NIG, EvidentialSAGE, evidential_loss, nig_nll
+
+EpochCallback = Callable[[int, float, float], None]
+
+
+def _forward(model: EvidentialSAGE, batch) -> NIG:
+    return model(batch.x, batch.edge_index, batch.edge_type, batch.batch, batch.num_graphs)
+
+
+@torch.no_grad()
+def mean_nll(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 4096) -> float:
+    """Mean NLL of the standardized targets."""
+    model.eval()
+    total, count = 0.0, 0
+    for batch in DataLoader(list(graphs), batch_size=batch_size):
+        total += nig_nll(model.standardize(batch.y), _forward(model, batch)).sum().item()
+        count += batch.num_graphs
+    return total / max(count, 1)
+
+
+def fit(
+    model: EvidentialSAGE,
+    train: Sequence[Data],
+    val: Sequence[Data],
+    *,
+    lr: float,
+    weight_decay: float,
+    lam: float,
+    batch_size: int,
+    max_epochs: int,
+    warmup_epochs: int = 1,
+    patience: int | None = None,
+    seed: int = 0,
+    on_epoch: EpochCallback | None = None,
+) -> dict:
+    """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
+
+    patience=None trains all max_epochs (the fine-tune); otherwise stops after `patience` epochs
+    without improvement.
+    """
+    torch.manual_seed(seed)
+    loader = DataLoader(list(train), batch_size=batch_size, shuffle=True, drop_last=False)
+    steps_per_epoch = max(len(loader), 1)
+    total_steps = steps_per_epoch * max_epochs
+    warmup_steps = steps_per_epoch * warmup_epochs
+
+    def schedule(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(total_steps - warmup_steps, 1)
+        return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
+    history = []
+    for epoch in range(max_epochs):
+        model.train()
+        running, seen = 0.0, 0
+        for batch in loader:
+            loss = evidential_loss(model.standardize(batch.y), _forward(model, batch), lam)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+            scheduler.step()
+            running += loss.item() * batch.num_graphs
+            seen += batch.num_graphs
+        val_nll = mean_nll(model, val) if val else running / max(seen, 1)
+        history.append({"epoch": epoch, "train_loss": running / max(seen, 1), "val_nll": val_nll})
+        if on_epoch:
+            on_epoch(epoch, running / max(seen, 1), val_nll)
+        if val_nll < best_nll:
+            best_nll, best_epoch, stale = val_nll, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            stale += 1
+            if patience is not None and stale >= patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return {"best_val_nll": best_nll, "best_epoch": best_epoch, "epochs": len(history),
+            "history": history}
+
+
+@torch.no_grad()
+def predict(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 4096) -> NIG:
+    """NIG over natural-log seconds for each graph, in input order."""
+    model.eval()
+    parts = [model.to_log_latency(_forward(model, b))
+             for b in DataLoader(list(graphs), batch_size=batch_size)]
+    return NIG(*(torch.cat([getattr(p, f) for p in parts]) for f in NIG._fields))
