@@ -54,6 +54,25 @@ class Params:
     def data_dir(self) -> Path:
         return Path(os.environ.get(DATA_ENV, "data"))
 
+    # Where each stage reads and writes; dvc.yaml names the same paths.
+    def records_dir(self, device: str) -> Path:
+        return self.data_dir / "records" / device
+
+    def graphs_path(self, device: str) -> Path:
+        return self.data_dir / "graphs" / f"{device}.pt"
+
+    def model_dir(self, device: str) -> Path:
+        return self.data_dir / "models" / device
+
+    def calibration_path(self, device: str) -> Path:
+        return self.data_dir / "calibration" / f"{device}.json"
+
+    def tune_dir(self, device: str) -> Path:
+        return self.data_dir / "tune" / device
+
+    def metrics_path(self, stage: str, device: str) -> Path:
+        return Path(os.environ.get("CALO_METRICS", "metrics")) / stage / f"{device}.json"
+
     def device(self, name: str) -> Device:
         devices = self.raw["devices"]
         if name not in devices:
@@ -135,5 +154,6 @@ def check_target(target: Any, where: str) -> None:
     kind = target.get("kind")
     if kind not in _KNOWN_KINDS:
         raise CaloError(
-            f"{where}: unknown target kind {kind!r} (expected one of {', '.join(sorted(_KNOWN_KINDS))})"
+            f"{where}: unknown target kind {kind!r} "
+            f"(expected one of {', '.join(sorted(_KNOWN_KINDS))})"
         )

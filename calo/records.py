@@ -74,7 +74,7 @@ def iter_records(path: Path) -> Iterator[Record]:
 
     keys = [workload_key(w.mod) for w in workloads]
     names = load_names(path)
-    for index, line in enumerate(l for l in rfile.read_text().splitlines() if l.strip()):
+    for index, line in enumerate(x for x in rfile.read_text().splitlines() if x.strip()):
         widx, body = json.loads(line)
         record = ms.database.TuningRecord.from_json(body, workloads[widx])
         key = keys[widx]

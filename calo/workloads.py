@@ -19,7 +19,8 @@ def create_mod(workload: Workload) -> tvm.IRModule:
     try:
         tensors = fn(**workload.args)
     except TypeError as err:
-        raise CaloError(f"workload '{workload.name}': bad arguments for {workload.op}: {err}") from None
+        raise CaloError(
+            f"workload '{workload.name}': bad arguments for {workload.op}: {err}") from None
     return tvm.IRModule({"main": te.create_prim_func(list(tensors))})
 
 

@@ -1,0 +1,177 @@
+"""`calo`: run the pipeline's stages, each as a Prefect flow.
+
+Every command checks its inputs (devices, workloads, targets, the files the stage reads) before
+any work starts, and stops with one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from calo.config import CaloError, Params, load_params
+
+STAGES = """stages, in pipeline order:
+  harvest    sample Meta-Schedule candidates on a device, build and measure them, append to
+             data/records/<device>/ (a TVM JSON database); tops up, never re-measures
+  extract    one schedule graph (loops, blocks, buffers; typed edges) per measured record
+  pretrain   train the evidential GraphSAGE model on the donor's graphs; registry alias 'donor'
+  finetune   adapt the donor model to a device on its warm-up probes; alias = device name
+  calibrate  fit the variance temperature on validation probes; ECE/NLL before and after
+  tune       tune_tir with CALO-GNN (UEC-UCB) and with TVM's XGBoost model, same budget and seed
+  run        the per-device flow: warm-up harvest -> extract -> finetune -> calibrate -> tune
+"""
+
+
+def _check_device(params: Params, name: str, target_only: bool = False) -> None:
+    from calo.devices import make_target  # imports TVM: only once the cheap checks passed
+
+    device = params.target_device(name) if target_only else params.device(name)
+    make_target(device)
+
+
+def _preload_for_tuning() -> None:
+    from calo.devices import preload_tensor_intrinsics
+
+    preload_tensor_intrinsics()
+
+
+def _require(path, message: str) -> None:
+    if not path.exists():
+        raise CaloError(message)
+
+
+def _cmd_harvest(params: Params, args) -> Callable[[], dict]:
+    _check_device(params, args.device)
+    names = args.workload or params["harvest"]["workloads"]
+    params.workloads(names)
+    if args.count is not None and args.count < 0:
+        raise CaloError(f"--count must be >= 0, got {args.count}")
+    _preload_for_tuning()
+    from flows.pipeline import harvest_flow
+
+    return lambda: harvest_flow(args.device, names, args.count, params_path=str(params.path))
+
+
+def _cmd_extract(params: Params, args) -> Callable[[], dict]:
+    params.device(args.device)
+    from calo.records import RECORD_FILE
+
+    _require(params.records_dir(args.device) / RECORD_FILE,
+             f"no records for device '{args.device}' in {params.records_dir(args.device)}: "
+             "run `calo harvest` first")
+    from flows.pipeline import extract_flow
+
+    return lambda: extract_flow(args.device, params_path=str(params.path))
+
+
+def _cmd_pretrain(params: Params, args) -> Callable[[], dict]:
+    _require(params.graphs_path(params.donor),
+             f"no graphs for donor '{params.donor}': run `calo harvest` and `calo extract` first")
+    from flows.pipeline import pretrain_flow
+
+    return lambda: pretrain_flow(params_path=str(params.path))
+
+
+def _donor_available(params: Params) -> None:
+    from calo import registry
+
+    if (params.model_dir(params.donor) / registry.WEIGHTS).is_file():
+        return
+    client = registry.connect(params)
+    try:
+        client.get_model_version_by_alias(params["mlflow"]["model_name"], "donor")
+    except Exception:
+        raise CaloError("no donor model (no pipeline output and no registry alias 'donor'): "
+                        "run `calo pretrain` first") from None
+
+
+def _cmd_finetune(params: Params, args) -> Callable[[], dict]:
+    params.target_device(args.device)
+    _require(params.graphs_path(args.device),
+             f"no graphs for device '{args.device}': run `calo harvest` and `calo extract` first")
+    _donor_available(params)
+    from flows.pipeline import finetune_flow
+
+    return lambda: finetune_flow(args.device, params_path=str(params.path))
+
+
+def _cmd_calibrate(params: Params, args) -> Callable[[], dict]:
+    params.target_device(args.device)
+    _require(params.model_dir(args.device),
+             f"no fine-tuned model for device '{args.device}': run `calo finetune` first")
+    from flows.pipeline import calibrate_flow
+
+    return lambda: calibrate_flow(args.device, params_path=str(params.path))
+
+
+def _cmd_tune(params: Params, args) -> Callable[[], dict]:
+    _check_device(params, args.device, target_only=True)
+    names = args.workload or params["tune"]["workloads"]
+    params.workloads(names)
+    _require(params.calibration_path(args.device),
+             f"no calibrated model for device '{args.device}': run `calo calibrate` first")
+    _preload_for_tuning()
+    from flows.pipeline import tune_flow
+
+    return lambda: tune_flow(args.device, names, params_path=str(params.path))
+
+
+def _cmd_run(params: Params, args) -> Callable[[], dict]:
+    _check_device(params, args.device, target_only=True)
+    _donor_available(params)
+    _preload_for_tuning()
+    from flows.pipeline import device_flow
+
+    return lambda: device_flow(args.device, params_path=str(params.path))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="calo", description="Calibrated graph cost models for TVM Meta-Schedule.",
+        epilog=STAGES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default=None,
+                        help="parameters file (default: $CALO_PARAMS or params.yaml)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler, help_text: str, device: bool = True):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if device:
+            p.add_argument("--device", required=True, help="device name from params.yaml")
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("harvest", _cmd_harvest, "measure Meta-Schedule candidates on a device")
+    p.add_argument("--workload", action="append", help="workload to harvest (repeatable; "
+                   "default: harvest.workloads)")
+    p.add_argument("--count", type=int, default=None,
+                   help="records wanted per workload "
+                   "(default: the device's candidates_per_workload)")
+    add("extract", _cmd_extract, "build the schedule graph of every measured record")
+    add("pretrain", _cmd_pretrain, "pre-train the evidential GraphSAGE on the donor", device=False)
+    add("finetune", _cmd_finetune, "fine-tune the donor model on a device's warm-up probes")
+    add("calibrate", _cmd_calibrate, "fit the variance temperature of a device's model")
+    p = add("tune", _cmd_tune, "tune workloads with CALO-GNN and with XGBoost, same budget")
+    p.add_argument("--workload", action="append",
+                   help="workload to tune (repeatable; default: tune.workloads)")
+    add("run", _cmd_run, "per-device flow: warm-up harvest, fine-tune, calibrate, tune")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        params = load_params(args.params)
+        work = args.handler(params, args)
+        result = work()
+    except CaloError as err:
+        print(f"calo: error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""CALO-GNN as a Meta-Schedule cost model, with the uncertainty-decaying UCB rule (UEC-UCB).
+
+Meta-Schedule keeps the candidates with the highest scores, so a candidate's score is its
+optimistic latency bound, exp(-(mu - kappa_t * sigma)), shifted so the best candidate scores 1.
+mu and sigma are the calibrated mean and epistemic standard deviation of the log latency, and
+kappa_t = c / sqrt(t + offset) decays with the tuning round t (one round per `update`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch_geometric.loader import DataLoader
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+from calo.dataset import to_data
+from calo.records import latency_of
+from calo.schedule_graph import graph_of_candidate
+from models.evidential import EvidentialSAGE, evidential_loss
+from models.training import predict
+
+
+@derived_object
+class CaloCostModel(PyCostModel):
+    def __init__(self, model: EvidentialSAGE, temperature: float, *, kappa_c: float,
+                 kappa_offset: float, update_steps: int, update_lr: float, lam: float,
+                 batch_size: int = 64, constant_kappa: float | None = None, seed: int = 0):
+        super().__init__()
+        self.model = model
+        self.temperature = temperature
+        self.kappa_c, self.kappa_offset, self.constant_kappa = kappa_c, kappa_offset, constant_kappa
+        self.update_steps, self.lam, self.batch_size = update_steps, lam, batch_size
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=update_lr)
+        self.round = 0
+        self.measured: list = []
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def kappa(self) -> float:
+        if self.constant_kappa is not None:
+            return self.constant_kappa
+        return self.kappa_c / math.sqrt(self.round + self.kappa_offset)
+
+    def load(self, path: str) -> None:
+        self.model.load_state_dict(torch.load(path, weights_only=True))
+
+    def save(self, path: str) -> None:
+        torch.save(self.model.state_dict(), path)
+
+    def update(self, context, candidates, results) -> None:
+        """Learn from the round's measurements with a bounded number of gradient steps."""
+        for cand, res in zip(candidates, results):
+            secs = latency_of(res) if res.error_msg is None else None
+            if secs is not None:
+                self.measured.append(to_data(graph_of_candidate(cand), math.log(secs)))
+        self.round += 1
+        if not self.measured or self.update_steps <= 0:
+            return
+        loader = DataLoader(self.measured, batch_size=self.batch_size, shuffle=True,
+                            generator=self.generator)
+        self.model.train()
+        steps = 0
+        while steps < self.update_steps:
+            for batch in loader:
+                out = self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch,
+                                 batch.num_graphs)
+                loss = evidential_loss(self.model.standardize(batch.y), out, self.lam)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                steps += 1
+                if steps >= self.update_steps:
+                    break
+        self.model.eval()
+
+    def predict(self, context, candidates) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0, dtype=np.float64)
+        d = predict(self.model, [to_data(graph_of_candidate(c)) for c in candidates])
+        d = d.scaled(self.temperature)
+        bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
+        return np.exp(-(bound - bound.min()))

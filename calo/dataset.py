@@ -1,0 +1,78 @@
+"""Graph datasets on disk: one file per device holding every measured record's schedule graph."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Data
+
+from calo.config import CaloError
+from calo.schedule_graph import ScheduleGraph
+
+SPLITS = ("train", "val", "test")
+
+
+def to_data(graph: ScheduleGraph, log_latency: float | None = None) -> Data:
+    data = Data(
+        x=torch.from_numpy(graph.x),
+        edge_index=torch.from_numpy(graph.edge_index),
+        edge_type=torch.from_numpy(graph.edge_type),
+    )
+    if log_latency is not None:
+        data.y = torch.tensor([log_latency], dtype=torch.float32)
+    return data
+
+
+@dataclass
+class GraphSet:
+    graphs: list[Data]          # y = natural log of the measured seconds
+    workload: list[str]         # workload names (params.yaml), or structural keys if unnamed
+    record: list[int]           # index of the record in its store
+
+    def select(self, keep: list[bool]) -> GraphSet:
+        return GraphSet(*([v for v, k in zip(values, keep) if k]
+                          for values in (self.graphs, self.workload, self.record)))
+
+    def split(self, name: str, fractions: dict) -> GraphSet:
+        return self.select([split_of(w, r, fractions) == name
+                            for w, r in zip(self.workload, self.record)])
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+
+def split_of(workload: str, record: int, fractions: dict) -> str:
+    """Stable assignment of a record to train/val/test: appending records never moves old ones."""
+    digest = hashlib.sha256(f"{workload}/{record}".encode()).digest()
+    u = int.from_bytes(digest[:8], "little") / 2**64
+    if u < fractions["test"]:
+        return "test"
+    if u < fractions["test"] + fractions["val"]:
+        return "val"
+    return "train"
+
+
+def save_graphs(path: Path, graphs: GraphSet) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({
+        "x": [g.x for g in graphs.graphs],
+        "edge_index": [g.edge_index for g in graphs.graphs],
+        "edge_type": [g.edge_type for g in graphs.graphs],
+        "y": torch.cat([g.y for g in graphs.graphs]) if graphs.graphs else torch.zeros(0),
+        "workload": graphs.workload,
+        "record": graphs.record,
+    }, tmp)
+    tmp.replace(path)
+
+
+def load_graphs(path: Path) -> GraphSet:
+    if not path.is_file():
+        raise CaloError(f"no graphs at {path}: run `calo extract` for this device first")
+    blob = torch.load(path, weights_only=True)
+    graphs = [Data(x=x, edge_index=e, edge_type=t, y=y.reshape(1))
+              for x, e, t, y in zip(blob["x"], blob["edge_index"], blob["edge_type"], blob["y"])]
+    return GraphSet(graphs, list(blob["workload"]), list(blob["record"]))

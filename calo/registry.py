@@ -1,0 +1,102 @@
+"""Models on disk (weights + JSON config, never pickled code) and in the MLflow model registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import torch
+from mlflow.tracking import MlflowClient
+
+from calo.config import CaloError, Params
+from calo.schedule_graph import EDGE_TYPES, FEATURES
+from models.evidential import EvidentialSAGE
+
+WEIGHTS, CONFIG, VERSION = "weights.pt", "config.json", "registry.json"
+
+
+def new_model(params: Params) -> tuple[EvidentialSAGE, dict]:
+    config = {
+        "features": list(FEATURES),
+        "edge_types": list(EDGE_TYPES),
+        "hidden": int(params["model"]["hidden"]),
+        "layers": int(params["model"]["layers"]),
+    }
+    return build_model(config), config
+
+
+def build_model(config: dict) -> EvidentialSAGE:
+    if config["features"] != list(FEATURES) or config["edge_types"] != list(EDGE_TYPES):
+        raise CaloError("model was trained on a different graph schema; re-run pretrain")
+    return EvidentialSAGE(len(FEATURES), len(EDGE_TYPES), config["hidden"], config["layers"])
+
+
+def save_model(model: EvidentialSAGE, config: dict, path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), path / WEIGHTS)
+    (path / CONFIG).write_text(json.dumps(config, indent=1))
+
+
+def load_model(path: Path) -> tuple[EvidentialSAGE, dict]:
+    if not (path / WEIGHTS).is_file():
+        raise CaloError(f"no model at {path}")
+    config = json.loads((path / CONFIG).read_text())
+    model = build_model(config)
+    model.load_state_dict(torch.load(path / WEIGHTS, weights_only=True))
+    model.eval()
+    return model, config
+
+
+def connect(params: Params) -> MlflowClient:
+    mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", params["mlflow"]["tracking_uri"]))
+    return MlflowClient()
+
+
+def start_run(params: Params, experiment: str, run_name: str):
+    connect(params)
+    mlflow.set_experiment(f"calo-{experiment}")
+    return mlflow.start_run(run_name=run_name)
+
+
+def register(params: Params, model_dir: Path, alias: str, tags: dict[str, Any]) -> str:
+    """Log the model directory to the active run, add a registry version, point `alias` at it."""
+    client = connect(params)
+    name = params["mlflow"]["model_name"]
+    mlflow.log_artifacts(str(model_dir), artifact_path="model")
+    run = mlflow.active_run()
+    if not client.search_registered_models(filter_string=f"name = '{name}'"):
+        client.create_registered_model(name)
+    version = client.create_model_version(
+        name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
+        tags={k: str(v) for k, v in tags.items()},
+    ).version
+    client.set_registered_model_alias(name, alias, version)
+    (model_dir / VERSION).write_text(json.dumps({"name": name, "version": version, "alias": alias,
+                                                 "run_id": run.info.run_id}))
+    return version
+
+
+def set_version_tags(params: Params, model_dir: Path, tags: dict[str, Any]) -> None:
+    info = json.loads((model_dir / VERSION).read_text())
+    client = connect(params)
+    for key, value in tags.items():
+        client.set_model_version_tag(info["name"], info["version"], key, str(value))
+
+
+def load_registered(params: Params, alias: str) -> tuple[EvidentialSAGE, dict, str]:
+    """The model a registry alias points at, with its calibration temperature."""
+    client = connect(params)
+    name = params["mlflow"]["model_name"]
+    try:
+        version = client.get_model_version_by_alias(name, alias)
+    except mlflow.exceptions.MlflowException:
+        raise CaloError(f"no '{name}' model with alias '{alias}' in the registry") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=version.source, dst_path=tmp)
+        model, config = load_model(Path(local))
+    config["temperature"] = float(version.tags.get("temperature", 1.0))
+    return model, config, version.version

@@ -1,0 +1,61 @@
+"""The pipeline's Prefect flows: one per stage, and the per-device flow a user schedules."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from calo.config import load_params
+from tasks.calibrate import calibrate
+from tasks.extract import extract
+from tasks.finetune import finetune
+from tasks.harvest import harvest
+from tasks.pretrain import pretrain
+from tasks.tune import tune, write_report
+
+PARAMS = "params.yaml"
+
+
+@flow(name="harvest", flow_run_name="harvest-{device}")
+def harvest_flow(device: str, workloads: list[str] | None = None, count: int | None = None,
+                 params_path: str = PARAMS) -> dict:
+    return harvest(load_params(params_path), device, workloads, count)
+
+
+@flow(name="extract", flow_run_name="extract-{device}")
+def extract_flow(device: str, params_path: str = PARAMS) -> dict:
+    return extract(load_params(params_path), device)
+
+
+@flow(name="pretrain")
+def pretrain_flow(params_path: str = PARAMS) -> dict:
+    return pretrain(load_params(params_path))
+
+
+@flow(name="finetune", flow_run_name="finetune-{device}")
+def finetune_flow(device: str, params_path: str = PARAMS) -> dict:
+    return finetune(load_params(params_path), device)
+
+
+@flow(name="calibrate", flow_run_name="calibrate-{device}")
+def calibrate_flow(device: str, params_path: str = PARAMS) -> dict:
+    return calibrate(load_params(params_path), device)
+
+
+@flow(name="tune", flow_run_name="tune-{device}")
+def tune_flow(device: str, workloads: list[str] | None = None, params_path: str = PARAMS) -> dict:
+    params = load_params(params_path)
+    names = workloads or params["tune"]["workloads"]
+    reports = {name: tune(params, device, name) for name in names}
+    return write_report(params, device, reports)
+
+
+@flow(name="device-run", flow_run_name="device-run-{device}")
+def device_flow(device: str, params_path: str = PARAMS) -> dict:
+    """A new device end to end: warm-up probes -> fine-tune -> calibrate -> tune."""
+    params = load_params(params_path)
+    harvest(params, device)
+    extract(params, device)
+    finetune(params, device)
+    calibration = calibrate(params, device)
+    reports = {name: tune(params, device, name) for name in params["tune"]["workloads"]}
+    return {"calibration": calibration, "tune": write_report(params, device, reports)}
