@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 
 from calo.config import CaloError, Params, load_params
@@ -162,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    start = time.monotonic()
     try:
         params = load_params(args.params)
         work = args.handler(params, args)
@@ -170,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calo: error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=1, default=str))
+    print(f"calo {args.command}: done in {time.monotonic() - start:.1f} s", file=sys.stderr)
     return 0
 
 

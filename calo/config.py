@@ -12,7 +12,8 @@ import yaml
 
 PARAMS_ENV = "CALO_PARAMS"
 DEFAULT_PARAMS = "params.yaml"
-DATA_ENV = "CALO_DATA"
+DATA_DIR = Path("data")        # relative to the working directory, as in dvc.yaml
+METRICS_DIR = Path("metrics")
 
 
 class CaloError(Exception):
@@ -52,7 +53,7 @@ class Params:
 
     @property
     def data_dir(self) -> Path:
-        return Path(os.environ.get(DATA_ENV, "data"))
+        return DATA_DIR
 
     # Where each stage reads and writes; dvc.yaml names the same paths.
     def records_dir(self, device: str) -> Path:
@@ -71,7 +72,7 @@ class Params:
         return self.data_dir / "tune" / device
 
     def metrics_path(self, stage: str, device: str) -> Path:
-        return Path(os.environ.get("CALO_METRICS", "metrics")) / stage / f"{device}.json"
+        return METRICS_DIR / stage / f"{device}.json"
 
     def device(self, name: str) -> Device:
         devices = self.raw["devices"]

@@ -1,0 +1,110 @@
+"""A tiny real pipeline shared by the tests: two CPU devices, two small matmuls, a few candidates.
+
+Stages run once per session, in order, in a temporary working directory (data/, metrics/,
+mlflow.db and MLflow artifacts all land there). Every latency is measured on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from calo.devices import preload_tensor_intrinsics
+
+# Before any test module imports torch_geometric: see preload_tensor_intrinsics.
+preload_tensor_intrinsics()
+
+REPO = Path(__file__).resolve().parent.parent
+DONOR, TARGET = "cpu-a", "cpu-b"
+
+
+def tiny_params() -> dict:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params.update({
+        "donor": DONOR,
+        "targets": [TARGET],
+        "devices": {
+            DONOR: {"target": {"kind": "llvm", "num-cores": 2, "mcpu": "host"},
+                    "runner": {"kind": "local", "num_threads": 2},
+                    "candidates_per_workload": 14},
+            TARGET: {"target": {"kind": "llvm", "num-cores": 1, "mcpu": "x86-64"},
+                     "runner": {"kind": "local", "num_threads": 1},
+                     "candidates_per_workload": 14},
+        },
+        "workloads": {
+            "mm-64": {"op": "matmul", "args": {"n": 64, "m": 64, "k": 64}},
+            "mm-relu-32x64": {"op": "matmul_relu", "args": {"n": 32, "m": 64, "k": 64}},
+        },
+    })
+    params["harvest"].update({"workloads": ["mm-64", "mm-relu-32x64"], "batch_size": 8,
+                              "min_repeat_ms": 2})
+    params["train"].update({"max_epochs": 8})
+    params["tune"].update({"workloads": ["mm-64"], "max_trials": 8, "trials_per_iter": 4,
+                           "update_steps": 3})
+    return params
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("calo")
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
+    old = Path.cwd()
+    os.chdir(root)
+    os.environ["CALO_PARAMS"] = str(root / "params.yaml")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
+    yield root
+    os.chdir(old)
+
+
+@pytest.fixture(scope="session")
+def params(workdir):
+    from calo.config import load_params
+
+    return load_params(workdir / "params.yaml")
+
+
+@pytest.fixture(scope="session")
+def harvested(params) -> dict:
+    from tasks.harvest import harvest
+
+    return {d: harvest.fn(params, d) for d in (DONOR, TARGET)}
+
+
+@pytest.fixture(scope="session")
+def extracted(params, harvested) -> dict:
+    from tasks.extract import extract
+
+    return {d: extract.fn(params, d) for d in (DONOR, TARGET)}
+
+
+@pytest.fixture(scope="session")
+def pretrained(params, extracted) -> dict:
+    from tasks.pretrain import pretrain
+
+    return pretrain.fn(params)
+
+
+@pytest.fixture(scope="session")
+def finetuned(params, pretrained) -> dict:
+    from tasks.finetune import finetune
+
+    return finetune.fn(params, TARGET)
+
+
+@pytest.fixture(scope="session")
+def calibrated(params, finetuned) -> dict:
+    from tasks.calibrate import calibrate
+
+    return calibrate.fn(params, TARGET)
+
+
+@pytest.fixture(scope="session")
+def tuned(params, calibrated) -> dict:
+    from tasks.tune import tune, write_report
+
+    report = tune.fn(params, TARGET, "mm-64")
+    summary = write_report.fn(params, TARGET, {"mm-64": report})
+    return {"report": report, "summary": summary}

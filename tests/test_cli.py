@@ -1,0 +1,94 @@
+"""The CLI end to end in subprocesses: help, and bad input stopping before any work."""
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import DONOR, TARGET
+
+
+def calo(*args: str, cwd: Path, params: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ}
+    if params is not None:
+        env["CALO_PARAMS"] = str(params)
+    return subprocess.run([sys.executable, "-m", "calo.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_help_explains_every_stage(tmp_path):
+    out = calo("--help", cwd=tmp_path)
+    assert out.returncode == 0
+    for stage in ("harvest", "extract", "pretrain", "finetune", "calibrate", "tune", "run"):
+        assert f"  {stage}" in out.stdout
+    sub = calo("tune", "--help", cwd=tmp_path)
+    assert "--workload" in sub.stdout and "--device" in sub.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["harvest", "--device", "nope"], "unknown device 'nope'"),
+    (["harvest", "--device", DONOR, "--workload", "nope"], "unknown workload 'nope'"),
+    (["tune", "--device", TARGET, "--workload", "nope"], "unknown workload 'nope'"),
+    (["finetune", "--device", DONOR], f"device '{DONOR}' is not a target device"),
+    (["harvest", "--device", DONOR, "--count", "-1"], "--count must be >= 0"),
+])
+def test_bad_input_is_one_line_and_changes_nothing(workdir, harvested, args, message):
+    before = tree_digest(workdir / "data")
+    out = calo(*args, cwd=workdir)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert message in out.stderr
+    assert tree_digest(workdir / "data") == before
+
+
+def test_malformed_target_is_rejected(tmp_path, params):
+    raw = yaml.safe_load(Path(params.path).read_text())
+    raw["devices"][TARGET]["target"] = {"kind": "llvmx"}
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = calo("harvest", "--device", DONOR, cwd=tmp_path, params=bad)
+    assert out.returncode == 2
+    assert f"device '{TARGET}': unknown target kind 'llvmx'" in out.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_invalid_target_attribute_is_rejected(tmp_path, params):
+    raw = yaml.safe_load(Path(params.path).read_text())
+    raw["devices"][TARGET]["target"] = {"kind": "llvm", "num-cores": "many"}
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = calo("harvest", "--device", TARGET, cwd=tmp_path, params=bad)
+    assert out.returncode == 2 and "invalid target" in out.stderr
+    assert out.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["extract", "--device", TARGET], f"no records for device '{TARGET}'"),
+    (["pretrain"], f"no graphs for donor '{DONOR}'"),
+    (["calibrate", "--device", TARGET], f"no fine-tuned model for device '{TARGET}'"),
+    (["tune", "--device", TARGET], f"no calibrated model for device '{TARGET}'"),
+])
+def test_missing_stage_inputs_are_named(tmp_path, params, args, message):
+    out = calo(*args, cwd=tmp_path, params=Path(params.path))
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert out.stderr.strip().count("\n") == 0
+
+
+def test_unreadable_params_file(tmp_path):
+    (tmp_path / "params.yaml").write_text("devices: [unclosed")
+    out = calo("pretrain", cwd=tmp_path, params=tmp_path / "params.yaml")
+    assert out.returncode == 2 and "is not valid YAML" in out.stderr

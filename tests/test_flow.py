@@ -1,0 +1,30 @@
+"""The per-device flow on a real Prefect engine (a temporary local server)."""
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+from prefect.testing.utilities import prefect_test_harness
+
+from tests.conftest import TARGET
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_device_flow_runs_every_stage_and_moves_the_alias(params, calibrated, prefect_server):
+    from flows.pipeline import device_flow
+
+    client = MlflowClient()
+    before = int(client.get_model_version_by_alias("calo-gnn", TARGET).version)
+    state = device_flow(TARGET, params_path=str(params.path), return_state=True)
+    assert state.is_completed(), state
+    result = state.result()
+    assert set(result) == {"calibration", "tune"}
+    after = int(client.get_model_version_by_alias("calo-gnn", TARGET).version)
+    assert after > before
+    report = json.loads(params.metrics_path("tune", TARGET).read_text())
+    assert set(report["workloads"]["mm-64"]) >= {"calo", "xgb"}

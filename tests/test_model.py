@@ -1,0 +1,73 @@
+import numpy as np
+import torch
+from scipy import stats
+
+from calo.dataset import load_graphs
+from models.calibration import (
+    confidence_levels,
+    fit_temperature,
+    regression_ece,
+    student_t_nll,
+)
+from models.evidential import NIG, EvidentialSAGE, evidential_loss, nig_nll
+from models.training import fit, mean_nll
+from tests.conftest import DONOR
+
+LEVELS = confidence_levels(19)
+
+
+def test_nig_nll_is_the_student_t_marginal():
+    d = NIG(torch.tensor([0.3, -1.0]), torch.tensor([0.5, 4.0]), torch.tensor([1.5, 6.0]),
+            torch.tensor([0.7, 2.0]))
+    y = torch.tensor([1.0, -0.2])
+    expected = -stats.t.logpdf(y.numpy(), df=d.df.numpy(), loc=d.gamma.numpy(),
+                               scale=d.t_scale.numpy())
+    assert np.allclose(nig_nll(y, d).numpy(), expected, atol=1e-5)
+    assert np.isclose(student_t_nll(y.numpy(), d.gamma.numpy(), d.t_scale.numpy(),
+                                    d.df.numpy()), expected.mean(), atol=1e-5)
+
+
+def test_temperature_scales_every_variance_by_tau_squared():
+    d = NIG(torch.zeros(3), torch.ones(3), torch.full((3,), 2.0), torch.ones(3))
+    s = d.scaled(3.0)
+    for name in ("epistemic_var", "aleatoric_var"):
+        assert torch.allclose(getattr(s, name), 9 * getattr(d, name))
+    assert torch.allclose(s.t_scale, 3 * d.t_scale)
+
+
+def test_evidence_regularizer_penalizes_confident_errors():
+    y = torch.tensor([2.0])
+    weak = NIG(torch.zeros(1), torch.tensor([0.1]), torch.tensor([1.1]), torch.ones(1))
+    strong = NIG(torch.zeros(1), torch.tensor([50.0]), torch.tensor([50.0]), torch.ones(1))
+    gap = evidential_loss(y, strong, 1.0) - nig_nll(y, strong).mean()
+    assert gap > evidential_loss(y, weak, 1.0) - nig_nll(y, weak).mean()
+
+
+def test_ece_separates_calibrated_from_overconfident():
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal(4000)
+    mu, df = np.zeros_like(y), np.full_like(y, 1e6)
+    assert regression_ece(y, mu, np.ones_like(y), df, LEVELS) < 0.02
+    assert regression_ece(y, mu, np.full_like(y, 0.3), df, LEVELS) > 0.2
+
+
+def test_fit_temperature_recovers_the_missing_scale():
+    rng = np.random.default_rng(1)
+    y = 2.5 * rng.standard_normal(3000)
+    args = (y, np.zeros_like(y), np.ones_like(y), np.full_like(y, 1e6))
+    tau = fit_temperature(*args, LEVELS)
+    assert abs(tau - 2.5) < 0.25
+    assert regression_ece(y, args[1], tau * args[2], args[3], LEVELS) < 0.02
+
+
+def test_training_on_measured_graphs_lowers_validation_nll(params, extracted):
+    graphs = load_graphs(params.graphs_path(DONOR))
+    train, val = graphs.graphs[::2], graphs.graphs[1::2]
+    torch.manual_seed(0)
+    model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=32, layers=2)
+    model.set_normalization(torch.cat([g.x for g in train]), torch.cat([g.y for g in train]))
+    before = mean_nll(model, val)
+    result = fit(model, train, val, lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8,
+                 max_epochs=15, patience=None)
+    assert result["best_val_nll"] < before
+    assert mean_nll(model, val) == result["best_val_nll"]  # best weights are restored

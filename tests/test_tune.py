@@ -1,0 +1,51 @@
+import json
+import math
+
+import numpy as np
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from calo.records import iter_records
+from calo.workloads import create_mod
+from tasks.tune import best_so_far, load_tuning_model, trials_to_quality
+from tests.conftest import TARGET
+
+
+def test_tune_compares_both_models_on_the_same_budget(params, tuned):
+    report = tuned["report"]
+    for which in ("calo", "xgb"):
+        run = report[which]
+        assert run["trials"] == 8
+        assert run["best_latency_us"] > 0
+        store = params.tune_dir(TARGET) / "mm-64" / which
+        assert len(list(iter_records(store))) == 8
+    best = min(report["calo"]["best_latency_us"], report["xgb"]["best_latency_us"])
+    winner = "calo" if report["calo"]["best_latency_us"] == best else "xgb"
+    assert report[winner]["trials_to_quality"] is not None
+    metrics = json.loads(params.metrics_path("tune", TARGET).read_text())
+    assert metrics["workloads"]["mm-64"]["calo"]["trials"] == 8
+
+
+def test_quality_helpers():
+    curve = best_so_far([None, 5.0, 7.0, 4.0, None, 3.0])
+    assert curve == [math.inf, 5.0, 5.0, 4.0, 4.0, 3.0]
+    assert trials_to_quality(curve, 4.1) == 4
+    assert trials_to_quality(curve, 1.0) is None
+
+
+def test_cost_model_scores_and_decaying_kappa(params, calibrated):
+    model = load_tuning_model(params, TARGET)
+    assert math.isclose(model.kappa(), 1.5 / math.sqrt(50))
+    mod = create_mod(params.workload("mm-64"))
+    ctx = ms.TuneContext(mod=mod, target=tvm.target.Target({"kind": "llvm", "num-cores": 1}),
+                         space_generator="post-order-apply", search_strategy="replay-trace",
+                         rand_state=3)
+    ctx.pre_tuning(max_trials=6, num_trials_per_iter=6)
+    cands = ctx.generate_measure_candidates()
+    scores = model.predict(ctx, cands)
+    assert scores.dtype == np.float64 and scores.shape == (len(cands),)
+    assert np.all(np.isfinite(scores)) and np.all(scores > 0) and scores.max() == 1.0
+    results = [ms.runner.RunnerResult([1e-4 * (i + 1)], None) for i in range(len(cands))]
+    model.update(ctx, cands, results)
+    assert model.round == 1 and len(model.measured) == len(cands)
+    assert model.kappa() < 1.5 / math.sqrt(50)
