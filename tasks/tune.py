@@ -8,6 +8,7 @@ quality_eps of the best latency either model found.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 import time
@@ -53,12 +54,26 @@ def trials_to_quality(curve: list[float], target: float) -> int | None:
     return next((i + 1 for i, b in enumerate(curve) if b <= target), None)
 
 
+def _reset_tvm_logging() -> None:
+    """Drop handlers left on Meta-Schedule's logger by earlier tuning runs in this process.
+
+    tune_tir re-lists every handler already on that logger by name: without this, log lines
+    repeat once per earlier run, and an unnamed handler (after another library reconfigures
+    logging, as Prefect does) makes tune_tir fail while configuring its loggers.
+    """
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+
+
 def run_tuner(params: Params, device_name: str, workload_name: str, which: str,
               cost_model) -> dict:
     device, cfg = params.device(device_name), params["tune"]
     work_dir = params.tune_dir(device_name) / workload_name / which
     shutil.rmtree(work_dir, ignore_errors=True)  # a run is one fresh database, never a mix
     work_dir.mkdir(parents=True)
+    _reset_tvm_logging()
     start = time.monotonic()
     ms.tune_tir(
         create_mod(params.workload(workload_name)), make_target(device), str(work_dir),
