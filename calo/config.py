@@ -132,6 +132,9 @@ def load_params(path: str | os.PathLike | None = None) -> Params:
         check_target(raw["devices"][name].get("target"), where=f"device '{name}'")
     for name in raw["harvest"]["workloads"] + raw["tune"]["workloads"]:
         params.workload(name)
+    if raw["finetune"].get("layers") not in ("head", "all"):
+        raise CaloError(f"{path}: finetune.layers must be 'head' or 'all', "
+                        f"got {raw['finetune'].get('layers')!r}")
     return params
 
 

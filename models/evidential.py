@@ -93,6 +93,11 @@ class EvidentialSAGE(nn.Module):
         return NIG(gamma, F.softplus(nu) + _EPS, F.softplus(alpha) + 1 + _EPS,
                    F.softplus(beta) + _EPS)
 
+    def freeze_encoder(self) -> None:
+        """Leave only the evidential head trainable (stage-2 transfer adapts the head)."""
+        for name, param in self.named_parameters():
+            param.requires_grad = name.startswith("head.")
+
     def to_log_latency(self, out: NIG) -> NIG:
         """Map a standardized prediction back to natural-log seconds."""
         return out.affine(self.y_mean, self.y_std)

@@ -33,12 +33,15 @@ def finetune(params: Params, device_name: str) -> dict:
         raise CaloError(f"device '{device_name}' has too few warm-up graphs ({len(graphs)})")
     model, config = load_donor(params)
     ft = params["finetune"]
+    if ft["layers"] == "head":
+        model.freeze_encoder()
     cfg = {**train_kwargs(params["train"]), "lr": ft["lr"], "batch_size": ft["batch_size"],
            "max_epochs": ft["epochs"], "warmup_epochs": 0, "patience": None}
     levels = params["calibrate"]["levels"]
     with registry.start_run(params, "finetune", f"finetune-{device_name}"):
         before = evaluate(model, val, levels)
-        mlflow.log_params({**cfg, "device": device_name, "donor": params.donor,
+        mlflow.log_params({**cfg, "layers": ft["layers"], "device": device_name,
+                           "donor": params.donor,
                            "warmup_graphs": len(train)})
         result = fit(model, train.graphs, val.graphs, on_epoch=log_epoch("finetune"), **cfg)
         after = evaluate(model, val, levels)

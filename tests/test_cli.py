@@ -92,3 +92,13 @@ def test_unreadable_params_file(tmp_path):
     (tmp_path / "params.yaml").write_text("devices: [unclosed")
     out = calo("pretrain", cwd=tmp_path, params=tmp_path / "params.yaml")
     assert out.returncode == 2 and "is not valid YAML" in out.stderr
+
+
+def test_unknown_finetune_layers_are_rejected(tmp_path, params):
+    raw = yaml.safe_load(Path(params.path).read_text())
+    raw["finetune"]["layers"] = "encoder"
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = calo("finetune", "--device", TARGET, cwd=tmp_path, params=bad)
+    assert out.returncode == 2
+    assert "finetune.layers must be 'head' or 'all', got 'encoder'" in out.stderr
