@@ -11,12 +11,14 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from calo.config import CaloError, Params, load_params
 
 STAGES = """stages, in pipeline order:
   harvest    sample Meta-Schedule candidates on a device, build and measure them, append to
              data/records/<device>/ (a TVM JSON database); tops up, never re-measures
+  import     add the records of an existing TVM JSON database (from any machine) to a device
   extract    one schedule graph (loops, blocks, buffers; typed edges) per measured record
   pretrain   train the evidential GraphSAGE model on the donor's graphs; registry alias 'donor'
   finetune   adapt the donor model to a device on its warm-up probes; alias = device name
@@ -54,6 +56,19 @@ def _cmd_harvest(params: Params, args) -> Callable[[], dict]:
     from flows.pipeline import harvest_flow
 
     return lambda: harvest_flow(args.device, names, args.count, params_path=str(params.path))
+
+
+def _cmd_import(params: Params, args) -> Callable[[], dict]:
+    _check_device(params, args.device)
+    from calo.records import RECORD_FILE, WORKLOAD_FILE
+
+    source = Path(args.path)
+    if not (source / WORKLOAD_FILE).is_file() or not (source / RECORD_FILE).is_file():
+        raise CaloError(f"{source} is not a TVM JSON database "
+                        f"(expected {WORKLOAD_FILE} and {RECORD_FILE})")
+    from flows.pipeline import import_flow
+
+    return lambda: import_flow(args.device, str(source.resolve()), params_path=str(params.path))
 
 
 def _cmd_extract(params: Params, args) -> Callable[[], dict]:
@@ -150,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=None,
                    help="records wanted per workload "
                    "(default: the device's candidates_per_workload)")
+    p = add("import", _cmd_import, "import a TVM JSON database (a directory) into a device's "
+            "records; bad lines are named and skipped, duplicates skipped")
+    p.add_argument("path", help="directory holding database_workload.json and "
+                   "database_tuning_record.json")
     add("extract", _cmd_extract, "build the schedule graph of every measured record")
     add("pretrain", _cmd_pretrain, "pre-train the evidential GraphSAGE on the donor", device=False)
     add("finetune", _cmd_finetune, "fine-tune the donor model on a device's warm-up probes")

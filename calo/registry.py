@@ -37,6 +37,7 @@ def build_model(config: dict) -> EvidentialSAGE:
 
 def save_model(model: EvidentialSAGE, config: dict, path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
+    (path / VERSION).unlink(missing_ok=True)  # belongs to the previous model, if any
     torch.save(model.state_dict(), path / WEIGHTS)
     (path / CONFIG).write_text(json.dumps(config, indent=1))
 

@@ -70,8 +70,8 @@ class _Builder:
         name = buf.name
         if name not in self.buffers:
             elems = math.prod(_int(s) for s in buf.shape)
-            bits = int(re.search(r"(\d+)$", str(buf.dtype)).group(1)) if re.search(
-                r"\d+$", str(buf.dtype)) else 32
+            width = re.search(r"(\d+)$", str(buf.dtype))  # float32 -> 32
+            bits = int(width.group(1)) if width else 32
             scope = buf.scope()
             self.buffers[name] = self.node(
                 is_buffer=1,

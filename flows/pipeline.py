@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow
 
 from calo.config import load_params
@@ -9,6 +11,7 @@ from tasks.calibrate import calibrate
 from tasks.extract import extract
 from tasks.finetune import finetune
 from tasks.harvest import harvest
+from tasks.import_records import import_records
 from tasks.pretrain import pretrain
 from tasks.tune import tune, write_report
 
@@ -19,6 +22,11 @@ PARAMS = "params.yaml"
 def harvest_flow(device: str, workloads: list[str] | None = None, count: int | None = None,
                  params_path: str = PARAMS) -> dict:
     return harvest(load_params(params_path), device, workloads, count)
+
+
+@flow(name="import", flow_run_name="import-{device}")
+def import_flow(device: str, source: str, params_path: str = PARAMS) -> dict:
+    return import_records(load_params(params_path), device, Path(source))
 
 
 @flow(name="extract", flow_run_name="extract-{device}")

@@ -19,6 +19,7 @@ preload_tensor_intrinsics()
 
 REPO = Path(__file__).resolve().parent.parent
 DONOR, TARGET = "cpu-a", "cpu-b"
+SPARE = "cpu-c"  # receives imports only, so they do not change the other stages' data
 
 
 def tiny_params() -> dict:
@@ -33,6 +34,7 @@ def tiny_params() -> dict:
             TARGET: {"target": {"kind": "llvm", "num-cores": 1, "mcpu": "x86-64"},
                      "runner": {"kind": "local", "num_threads": 1},
                      "candidates_per_workload": 14},
+            SPARE: {"target": {"kind": "llvm", "num-cores": 1}, "candidates_per_workload": 0},
         },
         "workloads": {
             "mm-64": {"op": "matmul", "args": {"n": 64, "m": 64, "k": 64}},

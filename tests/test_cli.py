@@ -43,6 +43,7 @@ def test_help_explains_every_stage(tmp_path):
     (["tune", "--device", TARGET, "--workload", "nope"], "unknown workload 'nope'"),
     (["finetune", "--device", DONOR], f"device '{DONOR}' is not a target device"),
     (["harvest", "--device", DONOR, "--count", "-1"], "--count must be >= 0"),
+    (["import", "--device", TARGET, "no-such-dir"], "no-such-dir is not a TVM JSON database"),
 ])
 def test_bad_input_is_one_line_and_changes_nothing(workdir, harvested, args, message):
     before = tree_digest(workdir / "data")

@@ -7,7 +7,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from calo.records import iter_records
 from calo.workloads import create_mod
-from tasks.tune import best_so_far, load_tuning_model, trials_to_quality
+from tasks.tune import best_so_far, load_tuning_model, trials_to_quality, write_report
 from tests.conftest import TARGET
 
 
@@ -31,6 +31,18 @@ def test_quality_helpers():
     assert curve == [math.inf, 5.0, 5.0, 4.0, 4.0, 3.0]
     assert trials_to_quality(curve, 4.1) == 4
     assert trials_to_quality(curve, 1.0) is None
+
+
+def test_report_counts_a_miss_as_budget_plus_one(params):
+    def run(reach):
+        return {"trials_to_quality": reach, "trials": 100, "best_latency_us": 1.0, "wall_s": 1.0}
+
+    reports = {"hit": {"calo": run(10), "xgb": run(40), "trials_ratio_calo_vs_xgb": 0.25},
+               "miss": {"calo": run(None), "xgb": run(101), "trials_ratio_calo_vs_xgb": 1.0}}
+    summary = write_report.fn(params, "report-check", reports)
+    assert summary["calo_reached_quality"] == 1 and summary["xgb_reached_quality"] == 2
+    assert summary["calo_reached_first_or_tied"] == 1
+    assert math.isclose(summary["geomean_trials_ratio_calo_vs_xgb"], 0.5)
 
 
 def test_cost_model_scores_and_decaying_kappa(params, calibrated):

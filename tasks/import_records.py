@@ -1,0 +1,106 @@
+"""Import an existing Meta-Schedule JSON database into a device's record store.
+
+Every line is validated on its own: a bad line is named and skipped, the rest are kept.
+Records already in the store (same workload and same trace) are skipped, so importing the same
+database twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NONE
+from tvm.s_tir import meta_schedule as ms
+
+from calo import records
+from calo.config import CaloError, Params
+from calo.devices import make_target
+from calo.log import Progress, get_logger
+from calo.workloads import workload_key
+
+
+def _trace_key(workload: str, record: ms.database.TuningRecord) -> tuple[str, str]:
+    # The printed trace (schedule program and sampling decisions) is canonical for both the
+    # store's records and the source's, whichever way each was serialized.
+    return workload, str(record.trace)
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    return [(n, line) for n, line in enumerate(path.read_text().splitlines(), start=1)
+            if line.strip()]
+
+
+def _read_workloads(path: Path, bad: list[str]) -> dict[int, ms.database.Workload]:
+    """Workloads by their index in the file (the index records refer to)."""
+    workloads = {}
+    for index, (lineno, line) in enumerate(_lines(path)):
+        try:
+            workloads[index] = ms.database.Workload.from_json(json.loads(line))
+        except Exception as err:  # JSON or TVM parse errors; the line is named and skipped
+            bad.append(f"{path.name} line {lineno}: not a workload ({_reason(err)})")
+    return workloads
+
+
+def _reason(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[-1][:200] if text else type(err).__name__
+
+
+@task(name="import", cache_policy=NONE)
+def import_records(params: Params, device_name: str, source: Path) -> dict:
+    device = params.device(device_name)
+    wfile, rfile = source / records.WORKLOAD_FILE, source / records.RECORD_FILE
+    if not wfile.is_file() or not rfile.is_file():
+        raise CaloError(f"{source} is not a TVM JSON database "
+                        f"(expected {records.WORKLOAD_FILE} and {records.RECORD_FILE})")
+    kind = make_target(device).kind.name
+    bad: list[str] = []
+    workloads = _read_workloads(wfile, bad)
+    keys = {i: workload_key(w.mod) for i, w in workloads.items()}
+
+    store = params.records_dir(device_name)
+    seen = set()
+    if (store / records.RECORD_FILE).is_file():
+        seen = {_trace_key(r.workload_key, r.record) for r in records.iter_records(store)}
+    db = records.open_store(store)
+    committed: dict[str, ms.database.Workload] = {}
+    lines = _lines(rfile)
+    progress = Progress(f"import {device_name}", len(lines), "records")
+    summary = {"device": device_name, "source": str(source), "imported": 0, "duplicates": 0,
+               "failed_measurements": 0}
+    for lineno, line in lines:
+        progress.advance()
+        where = f"{rfile.name} line {lineno}"
+        try:
+            widx, body = json.loads(line)
+            if widx not in workloads:
+                bad.append(f"{where}: refers to workload {widx}, which is missing or bad")
+                continue
+            rec = ms.database.TuningRecord.from_json(body, workloads[widx])
+        except Exception as err:  # malformed JSON, wrong shape, or a trace TVM cannot parse
+            bad.append(f"{where}: not a tuning record ({_reason(err)})")
+            continue
+        if rec.target is not None and rec.target.kind.name != kind:
+            bad.append(f"{where}: measured on a '{rec.target.kind.name}' target, "
+                       f"device '{device_name}' is '{kind}'")
+            continue
+        key = _trace_key(keys[widx], rec)
+        if key in seen:
+            summary["duplicates"] += 1
+            continue
+        seen.add(key)
+        if keys[widx] not in committed:
+            committed[keys[widx]] = db.commit_workload(workloads[widx].mod)
+        db.commit_tuning_record(ms.database.TuningRecord(
+            rec.trace, committed[keys[widx]], rec.run_secs, rec.target, rec.args_info))
+        summary["imported"] += 1
+        summary["failed_measurements"] += records.latency_of(rec) is None
+    summary["bad_lines"] = bad
+    log = get_logger()
+    for message in bad:
+        log.warning(f"import {device_name}: skipped {message}")
+    log.info(f"import {device_name}: {summary['imported']} imported, {summary['duplicates']} "
+             f"duplicates, {len(bad)} bad lines")
+    return summary
