@@ -20,6 +20,12 @@ class CaloError(Exception):
     """A problem with the user's input or state, reported as one line without a traceback."""
 
 
+def reason(err: Exception) -> str:
+    """The last line of an exception's message (TVM puts its C++ backtrace first)."""
+    lines = str(err).strip().splitlines()
+    return lines[-1][:200] if lines else type(err).__name__
+
+
 @dataclass(frozen=True)
 class Device:
     name: str

@@ -8,7 +8,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from calo import build
-from calo.config import CaloError, Device
+from calo.config import CaloError, Device, reason
 
 HOST_CPU = "host"
 
@@ -20,9 +20,8 @@ def make_target(device: Device) -> tvm.target.Target:
     try:
         return tvm.target.Target(spec)
     except Exception as err:  # TVM raises several error types for bad targets
-        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise CaloError(
-            f"device '{device.name}': invalid target {device.target}: {reason}") from None
+            f"device '{device.name}': invalid target {device.target}: {reason(err)}") from None
 
 
 def make_builder(harvest: dict) -> ms.builder.LocalBuilder:

@@ -15,7 +15,7 @@ from prefect.cache_policies import NONE
 from tvm.s_tir import meta_schedule as ms
 
 from calo import records
-from calo.config import CaloError, Params
+from calo.config import CaloError, Params, reason
 from calo.devices import make_target
 from calo.log import Progress, get_logger
 from calo.workloads import workload_key
@@ -39,13 +39,8 @@ def _read_workloads(path: Path, bad: list[str]) -> dict[int, ms.database.Workloa
         try:
             workloads[index] = ms.database.Workload.from_json(json.loads(line))
         except Exception as err:  # JSON or TVM parse errors; the line is named and skipped
-            bad.append(f"{path.name} line {lineno}: not a workload ({_reason(err)})")
+            bad.append(f"{path.name} line {lineno}: not a workload ({reason(err)})")
     return workloads
-
-
-def _reason(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[-1][:200] if text else type(err).__name__
 
 
 @task(name="import", cache_policy=NONE)
@@ -80,7 +75,7 @@ def import_records(params: Params, device_name: str, source: Path) -> dict:
                 continue
             rec = ms.database.TuningRecord.from_json(body, workloads[widx])
         except Exception as err:  # malformed JSON, wrong shape, or a trace TVM cannot parse
-            bad.append(f"{where}: not a tuning record ({_reason(err)})")
+            bad.append(f"{where}: not a tuning record ({reason(err)})")
             continue
         if rec.target is not None and rec.target.kind.name != kind:
             bad.append(f"{where}: measured on a '{rec.target.kind.name}' target, "
