@@ -2,10 +2,14 @@
 
 Harvesting tops up: each workload gets measured until the device's store holds
 `candidates_per_workload` records of it, so a second run measures nothing and an interrupted run
-continues where it stopped. Failed builds and runs are stored as failed records (never labels).
+continues where it stopped. Every result is appended to the store as soon as it exists, so a
+killed harvest loses only the candidate being measured. Failed builds and runs are stored as
+failed records (never labels).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from prefect import task
 from prefect.cache_policies import NONE
@@ -18,18 +22,23 @@ from calo.log import Progress, get_logger
 from calo.workloads import create_mod, workload_key
 
 
-def _measure(builder, runner, target, dev_type: str, candidates) -> list[ms.runner.RunnerResult]:
+def _measure(builder, runner, target, dev_type: str, candidates,
+             on_result: Callable[[int, ms.runner.RunnerResult], None]
+             ) -> list[ms.runner.RunnerResult]:
+    """Build the batch in parallel, run one at a time; on_result sees each result as it lands."""
     built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
     results: list[ms.runner.RunnerResult | None] = [None] * len(candidates)
     inputs, slots = [], []
     for i, (cand, b) in enumerate(zip(candidates, built)):
         if b.error_msg is not None:
             results[i] = ms.runner.RunnerResult(None, f"build: {b.error_msg}")
+            on_result(i, results[i])
         else:
             inputs.append(ms.runner.RunnerInput(b.artifact_path, dev_type, cand.args_info))
             slots.append(i)
     for i, future in zip(slots, runner.run(inputs) if inputs else []):
         results[i] = future.result()
+        on_result(i, results[i])
     return results
 
 
@@ -73,13 +82,16 @@ def harvest(params: Params, device_name: str, workload_names: list[str] | None =
         done = 0
         while done < need and (batch := ctx.generate_measure_candidates()):
             batch = batch[: need - done]
-            results = _measure(builder, runner, target, device_type(target), batch)
-            for cand, res in zip(batch, results):
+
+            def commit(i: int, res: ms.runner.RunnerResult, batch=batch,
+                       workload=workload) -> None:
+                # Each result is stored the moment it exists: a kill loses only the run in flight.
                 secs = res.run_secs if res.error_msg is None else [records.FAILED_SECS]
-                # Committed one by one, so a kill loses at most the batch in flight.
                 db.commit_tuning_record(ms.database.TuningRecord(
-                    cand.sch.trace, workload, secs, target, cand.args_info))
+                    batch[i].sch.trace, workload, secs, target, batch[i].args_info))
                 summary["failed"] += res.error_msg is not None
+
+            results = _measure(builder, runner, target, device_type(target), batch, commit)
             ctx.notify_runner_results(batch, results)
             done += len(batch)
             summary["measured"] += len(batch)

@@ -20,6 +20,7 @@ preload_tensor_intrinsics()
 REPO = Path(__file__).resolve().parent.parent
 DONOR, TARGET = "cpu-a", "cpu-b"
 SPARE = "cpu-c"  # receives imports only, so they do not change the other stages' data
+KILLED = "cpu-d"  # harvested by a process that gets killed
 
 
 def tiny_params() -> dict:
@@ -35,6 +36,9 @@ def tiny_params() -> dict:
                      "runner": {"kind": "local", "num_threads": 1},
                      "candidates_per_workload": 14},
             SPARE: {"target": {"kind": "llvm", "num-cores": 1}, "candidates_per_workload": 0},
+            KILLED: {"target": {"kind": "llvm", "num-cores": 1},
+                     "runner": {"kind": "local", "num_threads": 1},
+                     "candidates_per_workload": 20},
         },
         "workloads": {
             "mm-64": {"op": "matmul", "args": {"n": 64, "m": 64, "k": 64}},

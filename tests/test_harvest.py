@@ -39,3 +39,39 @@ def test_second_harvest_measures_nothing_and_a_larger_count_tops_up(params, harv
     assert sorted(count_by_workload(store).values()) == [14, 16]
     names = json.loads((store / "workloads.json").read_text())
     assert set(names.values()) == {"mm-64", "mm-relu-32x64"}
+
+
+def test_kill_9_mid_harvest_loses_nothing_and_resumes(params, workdir):
+    """SIGKILL a harvesting process, run the same harvest again: every stored record survives,
+    the store ends with exactly the requested count, so nothing was measured twice."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tasks.harvest import harvest
+    from tests.conftest import KILLED
+
+    store = params.records_dir(KILLED) / RECORD_FILE
+    script = ("from calo.config import load_params; from tasks.harvest import harvest; "
+              f"harvest.fn(load_params({str(params.path)!r}), {KILLED!r}, ['mm-64'])")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=workdir,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if store.is_file() and len(store.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the harvest ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    survived = store.read_text().splitlines()
+    assert 5 <= len(survived) < 20
+
+    resumed = harvest.fn(params, KILLED, ["mm-64"])
+    assert resumed["existing"] == len(survived)
+    assert resumed["measured"] == 20 - len(survived)
+    lines = store.read_text().splitlines()
+    assert lines[: len(survived)] == survived and len(lines) == 20
+    # the killed process left no torn line: the whole store still parses
+    assert len(list(iter_records(params.records_dir(KILLED)))) == 20
