@@ -14,3 +14,15 @@ def build(mod: Any, target: Any, _params: Any) -> Any:
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm_build(mod, target=target)
+
+
+def build_and_export(mod: Any, target: Any) -> str:
+    """Build, then export to a tar for the runner; the returned path is what the runner loads."""
+    import os
+    import tempfile
+
+    from tvm.support.tar import tar
+
+    artifact = os.path.join(tempfile.mkdtemp(prefix="calo-build-"), "mod." + tar.output_format)
+    build(mod, target, None).export_library(artifact, fcompile=tar)
+    return artifact

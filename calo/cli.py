@@ -16,6 +16,7 @@ from pathlib import Path
 from calo.config import CaloError, Params, load_params
 
 STAGES = """stages, in pipeline order:
+  workloads  list the built-in operator suite (and params.yaml's own workloads)
   harvest    sample Meta-Schedule candidates on a device, build and measure them, append to
              data/records/<device>/ (a TVM JSON database); tops up, never re-measures
   import     add the records of an existing TVM JSON database (from any machine) to a device
@@ -46,9 +47,35 @@ def _require(path, message: str) -> None:
         raise CaloError(message)
 
 
+def _cmd_workloads(params: Params, args) -> Callable[[], dict]:
+    from calo import suite
+
+    rows = [(name, suite.family(name), params.workload(name)) for name in suite.names()]
+    if args.paper:
+        rows = [(n, suite.family(n), params.workload(n)) for n in suite.names(suite.PAPER)]
+    own = [n for n in params["workloads"] if suite.resolve(n) is None]
+    rows += [(name, "params.yaml", params.workload(name)) for name in own]
+    width = max(len(r[0]) for r in rows)
+    for name, family, wl in rows:
+        shape = " ".join(f"{k}={v}" for k, v in wl.args.items())
+        print(f"{name:<{width}}  {family:<11}  {wl.op}({shape})")
+    families: dict[str, int] = {}
+    for _, family, _ in rows:
+        families[family] = families.get(family, 0) + 1
+    return lambda: {"workloads": len(rows), "families": families}
+
+
+def _harvest_names(params: Params, args) -> list[str]:
+    if args.suite:
+        from calo import suite
+
+        return suite.names()
+    return args.workload or params["harvest"]["workloads"]
+
+
 def _cmd_harvest(params: Params, args) -> Callable[[], dict]:
     _check_device(params, args.device)
-    names = args.workload or params["harvest"]["workloads"]
+    names = _harvest_names(params, args)
     params.workloads(names)
     if args.count is not None and args.count < 0:
         raise CaloError(f"--count must be >= 0, got {args.count}")
@@ -159,9 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
+    p = add("workloads", _cmd_workloads, "list the workload suite: name, family, operator, shape",
+            device=False)
+    p.add_argument("--paper", action="store_true", help="the paper's shapes (<name>@paper)")
     p = add("harvest", _cmd_harvest, "measure Meta-Schedule candidates on a device")
-    p.add_argument("--workload", action="append", help="workload to harvest (repeatable; "
-                   "default: harvest.workloads)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--workload", action="append", help="workload to harvest (repeatable; "
+                       "default: harvest.workloads)")
+    group.add_argument("--suite", action="store_true",
+                       help="every operator of the built-in suite, at its small shape")
     p.add_argument("--count", type=int, default=None,
                    help="records wanted per workload "
                    "(default: the device's candidates_per_workload)")

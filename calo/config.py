@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from calo import suite
+
 PARAMS_ENV = "CALO_PARAMS"
 DEFAULT_PARAMS = "params.yaml"
 DATA_DIR = Path("data")        # relative to the working directory, as in dvc.yaml
@@ -32,6 +34,7 @@ class Device:
     target: dict[str, Any]
     runner: dict[str, Any]
     candidates_per_workload: int
+    evolved_fraction: float | None = None   # share of candidates evolved by the search
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class Params:
             target=dict(spec["target"]),
             runner=dict(spec.get("runner", {"kind": "local"})),
             candidates_per_workload=int(spec.get("candidates_per_workload", 0)),
+            evolved_fraction=spec.get("evolved_fraction"),
         )
 
     def target_device(self, name: str) -> Device:
@@ -102,11 +106,16 @@ class Params:
         return device
 
     def workload(self, name: str) -> Workload:
-        workloads = self.raw["workloads"]
-        if name not in workloads:
-            raise CaloError(f"unknown workload '{name}' (known: {', '.join(sorted(workloads))})")
-        spec = workloads[name]
-        return Workload(name=name, op=spec["op"], args=dict(spec.get("args", {})))
+        """A workload of params.yaml, else of the built-in suite (`calo workloads` lists both)."""
+        spec = self.raw["workloads"].get(name)
+        if spec is not None:
+            return Workload(name=name, op=spec["op"], args=dict(spec.get("args", {})))
+        found = suite.resolve(name)
+        if found is None:
+            raise CaloError(f"unknown workload '{name}' (params.yaml has "
+                            f"{', '.join(sorted(self.raw['workloads']))}; "
+                            f"`calo workloads` lists the suite)")
+        return Workload(name=name, op=found[0], args=found[1])
 
     def workloads(self, names: list[str]) -> list[Workload]:
         return [self.workload(n) for n in names]

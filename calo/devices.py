@@ -1,13 +1,9 @@
-"""A device entry of params.yaml turned into TVM objects: target, builder and runner."""
+"""A device entry of params.yaml turned into a TVM target (builders and runners: calo.measure)."""
 
 from __future__ import annotations
 
-import os
-
 import tvm
-from tvm.s_tir import meta_schedule as ms
 
-from calo import build
 from calo.config import CaloError, Device, reason
 
 HOST_CPU = "host"
@@ -24,33 +20,6 @@ def make_target(device: Device) -> tvm.target.Target:
             f"device '{device.name}': invalid target {device.target}: {reason(err)}") from None
 
 
-def make_builder(harvest: dict) -> ms.builder.LocalBuilder:
-    return ms.builder.LocalBuilder(
-        f_build=build.build,
-        max_workers=int(harvest["build_workers"]),
-        timeout_sec=float(harvest["build_timeout_s"]),
-    )
-
-
-def make_runner(device: Device, harvest: dict) -> ms.runner.Runner:
-    """Measure on this machine; the runtime thread count follows the device's runner entry."""
-    kind = device.runner.get("kind", "local")
-    if kind != "local":
-        raise CaloError(f"device '{device.name}': runner kind '{kind}' is not supported (local)")
-    threads = device.runner.get("num_threads")
-    if threads:
-        # Runner workers are spawned after this and inherit the environment.
-        os.environ["TVM_NUM_THREADS"] = str(threads)
-    config = ms.runner.EvaluatorConfig(
-        number=int(harvest["number"]),
-        repeat=int(harvest["repeat"]),
-        min_repeat_ms=int(harvest["min_repeat_ms"]),
-        enable_cpu_cache_flush=False,
-    )
-    return ms.runner.LocalRunner(timeout_sec=float(harvest["run_timeout_s"]),
-                                 evaluator_config=config)
-
-
 def preload_tensor_intrinsics() -> None:
     """Import TVM's tensor intrinsics, which every TuneContext needs, while few modules are loaded.
 
@@ -60,6 +29,3 @@ def preload_tensor_intrinsics() -> None:
     """
     import tvm.s_tir.tensor_intrin  # noqa: F401
 
-
-def device_type(target: tvm.target.Target) -> str:
-    return "cuda" if target.kind.name == "cuda" else "cpu"

@@ -1,13 +1,18 @@
 """Tuning-record stores: TVM JSON databases plus a small index naming their workloads.
 
 A store is a directory holding Meta-Schedule's ``database_workload.json`` and
-``database_tuning_record.json`` (so any TVM tool can read it) and ``workloads.json``, which maps
-each workload's structural hash to the name it has in params.yaml.
+``database_tuning_record.json`` (so any TVM tool can read it), ``workloads.json``, which maps
+each workload's structural hash to the name it has in params.yaml, and ``record_meta.jsonl``:
+one line per harvested candidate with where it came from (random sample, evolved by the search,
+imported) and how its measurement went (ok, build error, run error, timeout). The side file keeps
+the TVM files readable by TVM; records it does not mention are treated as random samples.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +24,8 @@ from calo.config import CaloError
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 NAMES_FILE = "workloads.json"
+META_FILE = "record_meta.jsonl"
+RANDOM, EVOLVED, IMPORTED = "random", "evolved", "imported"
 # Meta-Schedule's marker for a failed measurement; such records are kept but never used as labels.
 FAILED_SECS = 1e10
 
@@ -30,6 +37,8 @@ class Record:
     workload_name: str
     record: ms.database.TuningRecord
     latency: float | None      # mean measured seconds; None for a failed measurement
+    source: str = RANDOM       # random, evolved or imported
+    status: str = "ok"         # ok, build_error, run_error, timeout (or failed, if unrecorded)
 
 
 def open_store(path: Path) -> ms.database.JSONDatabase:
@@ -61,29 +70,86 @@ def latency_of(record: ms.database.TuningRecord) -> float | None:
     return sum(values) / len(values)
 
 
+def candidate_id(workload_key: str, trace: object) -> str:
+    """A candidate's identity within a store: its workload and its printed trace.
+
+    The printed trace (schedule program and sampling decisions) is canonical whichever way a
+    record was serialized, so it also finds duplicates across databases.
+    """
+    return hashlib.sha1(f"{workload_key}\n{trace}".encode()).hexdigest()[:20]
+
+
+def append_meta(path: Path, workload_key: str, trace: object, source: str, status: str,
+                error: str | None = None) -> None:
+    """Written after the record itself, so every line here describes a stored record."""
+    line = {"workload": workload_key, "id": candidate_id(workload_key, trace),
+            "source": source, "status": status}
+    if error:
+        line["error"] = error.strip().splitlines()[-1][:200]
+    with open(path / META_FILE, "a") as f:
+        f.write(json.dumps(line) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def load_meta(path: Path) -> dict[str, dict]:
+    meta_file = path / META_FILE
+    if not meta_file.is_file():
+        return {}
+    return {m["id"]: m for m in map(json.loads, meta_file.read_text().splitlines()) if m}
+
+
+def candidate_ids(path: Path, workload_key: str) -> set[str]:
+    """Ids of the stored candidates of a workload (records without a side-file line included)."""
+    ids = {m["id"] for m in load_meta(path).values() if m["workload"] == workload_key}
+    if len(ids) < count_by_workload(path).get(workload_key, 0):
+        ids |= {candidate_id(r.workload_key, r.record.trace) for r in iter_records(path)
+                if r.workload_key == workload_key}
+    return ids
+
+
+def _workload_keys(path: Path) -> list[str]:
+    from calo.workloads import workload_key
+
+    return [workload_key(ms.database.Workload.from_json(json.loads(line)).mod)
+            for line in (path / WORKLOAD_FILE).read_text().splitlines() if line.strip()]
+
+
 def iter_records(path: Path) -> Iterator[Record]:
     """Records in the order they were measured (the file's line order)."""
     wfile, rfile = path / WORKLOAD_FILE, path / RECORD_FILE
     if not wfile.is_file() or not rfile.is_file():
         raise CaloError(f"no tuning records in {path} (expected {WORKLOAD_FILE} and {RECORD_FILE})")
-    workloads = []
-    for line in wfile.read_text().splitlines():
-        if line.strip():
-            workloads.append(ms.database.Workload.from_json(json.loads(line)))
-    from calo.workloads import workload_key
-
-    keys = [workload_key(w.mod) for w in workloads]
-    names = load_names(path)
+    workloads = [ms.database.Workload.from_json(json.loads(line))
+                 for line in wfile.read_text().splitlines() if line.strip()]
+    keys = _workload_keys(path)
+    names, meta = load_names(path), load_meta(path)
     for index, line in enumerate(x for x in rfile.read_text().splitlines() if x.strip()):
         widx, body = json.loads(line)
         record = ms.database.TuningRecord.from_json(body, workloads[widx])
-        key = keys[widx]
-        yield Record(index, key, names.get(key, key), record, latency_of(record))
+        key, latency = keys[widx], latency_of(record)
+        m = meta.get(candidate_id(key, record.trace), {})
+        yield Record(index, key, names.get(key, key), record, latency,
+                     m.get("source", RANDOM), m.get("status", "ok" if latency else "failed"))
 
 
 def count_by_workload(path: Path) -> dict[str, int]:
+    """Records per workload key, reading only each line's workload index (no trace parsing)."""
+    if not (path / RECORD_FILE).is_file() or not (path / WORKLOAD_FILE).is_file():
+        return {}
+    keys, counts = _workload_keys(path), {}
+    with open(path / RECORD_FILE) as f:
+        for line in f:
+            if line.strip():
+                key = keys[int(line[1:line.index(",")])]
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def count_by_source(path: Path, source: str) -> dict[str, int]:
+    """Harvested records per workload key that came from `source`, from the side file alone."""
     counts: dict[str, int] = {}
-    if (path / RECORD_FILE).is_file():
-        for rec in iter_records(path):
-            counts[rec.workload_key] = counts.get(rec.workload_key, 0) + 1
+    for m in load_meta(path).values():
+        if m["source"] == source:
+            counts[m["workload"]] = counts.get(m["workload"], 0) + 1
     return counts

@@ -1,4 +1,4 @@
-"""Workloads: a named TE operator from TVM's te_workload suite, turned into a PrimFunc module."""
+"""Workloads: a named TE operator (calo.operators or TVM's te_workload) as a PrimFunc module."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import tvm_ffi
 from tvm import te
 from tvm.s_tir.meta_schedule.testing import te_workload
 
+from calo import operators
 from calo.config import CaloError, Workload
 
 
 def create_mod(workload: Workload) -> tvm.IRModule:
-    fn = getattr(te_workload, workload.op, None)
+    fn = getattr(operators, workload.op, None) or getattr(te_workload, workload.op, None)
     if fn is None or not inspect.isfunction(fn) or workload.op.startswith("_"):
         raise CaloError(f"workload '{workload.name}': unknown operator '{workload.op}'")
     try:

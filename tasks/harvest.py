@@ -1,45 +1,71 @@
-"""Stage 1: sample candidates from each workload's design space, build and measure them for real.
+"""Stage 1: build and measure candidates of each workload on a device, for real.
+
+Two candidate sources: random samples of the design space (coverage of the whole space) and
+candidates evolved by Meta-Schedule's evolutionary search with an XGBoost model trained on the
+records so far (coverage of the fast region). Each record's source is stored with it.
 
 Harvesting tops up: each workload gets measured until the device's store holds
-`candidates_per_workload` records of it, so a second run measures nothing and an interrupted run
-continues where it stopped. Every result is appended to the store as soon as it exists, so a
-killed harvest loses only the candidate being measured. Failed builds and runs are stored as
-failed records (never labels).
+`candidates_per_workload` records of it (the evolved share of them from the search), so a second
+run measures nothing and an interrupted run continues where it stopped. Every result is stored
+as soon as it exists, so a killed harvest loses only the candidate being measured. Build errors,
+run errors and timeouts are stored as failed records with their kind (never used as labels).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from prefect import task
 from prefect.cache_policies import NONE
 from tvm.s_tir import meta_schedule as ms
 
 from calo import records
-from calo.config import Params
-from calo.devices import device_type, make_builder, make_runner, make_target
+from calo.config import Params, Workload
+from calo.devices import make_target
 from calo.log import Progress, get_logger
+from calo.measure import make_builder, make_runner, measure, status_of
 from calo.workloads import create_mod, workload_key
 
+OVERSAMPLE = 8      # candidates a search may propose per one still needed
+DRY_BATCHES = 3     # batches in a row with nothing new: the design space is exhausted
 
-def _measure(builder, runner, target, dev_type: str, candidates,
-             on_result: Callable[[int, ms.runner.RunnerResult], None]
-             ) -> list[ms.runner.RunnerResult]:
-    """Build the batch in parallel, run one at a time; on_result sees each result as it lands."""
-    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
-    results: list[ms.runner.RunnerResult | None] = [None] * len(candidates)
-    inputs, slots = [], []
-    for i, (cand, b) in enumerate(zip(candidates, built)):
-        if b.error_msg is not None:
-            results[i] = ms.runner.RunnerResult(None, f"build: {b.error_msg}")
-            on_result(i, results[i])
-        else:
-            inputs.append(ms.runner.RunnerInput(b.artifact_path, dev_type, cand.args_info))
-            slots.append(i)
-    for i, future in zip(slots, runner.run(inputs) if inputs else []):
-        results[i] = future.result()
-        on_result(i, results[i])
-    return results
+
+def _fresh(batch, key: str, seen: set[str]) -> list:
+    fresh = []
+    for cand in batch:
+        cid = records.candidate_id(key, cand.sch.trace)
+        if cid not in seen:
+            seen.add(cid)
+            fresh.append(cand)
+    return fresh
+
+
+def plan(count: int, evolved_fraction: float, have: int, have_evolved: int) -> dict[str, int]:
+    """How many random and evolved candidates a workload still needs; random ones come first."""
+    want_evolved = round(count * evolved_fraction)
+    need_random = max(count - want_evolved - (have - have_evolved), 0)
+    need_evolved = max(min(want_evolved - have_evolved, count - have - need_random), 0)
+    return {records.RANDOM: need_random, records.EVOLVED: need_evolved}
+
+
+def _search(params: Params, source: str) -> tuple[object, object]:
+    """The search strategy (and, for evolution, a cost model trained on the stored records)."""
+    if source == records.RANDOM:
+        return "replay-trace", None
+    evo = params["harvest"]["evolution"]
+    # Evolution is guided from the first candidate on: no random warm-up predictions.
+    model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**6,
+                                   num_tuning_cores=int(params["harvest"]["build_workers"]))
+    strategy = ms.search_strategy.EvolutionarySearch(
+        population_size=int(evo["population_size"]),
+        init_min_unmeasured=min(int(evo["population_size"]), 50),
+        genetic_num_iters=int(evo["genetic_num_iters"]))
+    return strategy, model
+
+
+def _train_on_store(model, ctx, store, key: str) -> None:
+    stored = [r for r in records.iter_records(store) if r.workload_key == key]
+    if stored:
+        model.update(ctx, [r.record.as_measure_candidate() for r in stored],
+                     [ms.runner.RunnerResult(r.record.run_secs, None) for r in stored])
 
 
 @task(name="harvest", cache_policy=NONE)
@@ -51,51 +77,84 @@ def harvest(params: Params, device_name: str, workload_names: list[str] | None =
     cfg = params["harvest"]
     workloads = params.workloads(workload_names or cfg["workloads"])
     count = count if count is not None else device.candidates_per_workload
+    fraction = float(device.evolved_fraction if device.evolved_fraction is not None
+                     else cfg["evolved_fraction"])
     target = make_target(device)
     store = params.records_dir(device_name)
     db = records.open_store(store)
     have = records.count_by_workload(store)
+    have_evolved = records.count_by_source(store, records.EVOLVED)
     mods = {w.name: create_mod(w) for w in workloads}
-    todo = {w.name: max(count - have.get(workload_key(mods[w.name]), 0), 0) for w in workloads}
-    total = sum(todo.values())
+    keys = {name: workload_key(mod) for name, mod in mods.items()}
+    todo = {w.name: plan(count, fraction, have.get(keys[w.name], 0),
+                         have_evolved.get(keys[w.name], 0)) for w in workloads}
+    total = sum(sum(t.values()) for t in todo.values())
     summary = {"device": device_name, "measured": 0, "failed": 0,
-               "existing": sum(min(have.get(workload_key(m), 0), count) for m in mods.values())}
+               records.RANDOM: 0, records.EVOLVED: 0,
+               "existing": sum(min(have.get(k, 0), count) for k in keys.values())}
     if total == 0:
         log.info(f"harvest {device_name}: every workload already has {count} records")
         return summary
     builder, runner = make_builder(cfg), make_runner(device, cfg)
     progress = Progress(f"harvest {device_name}", total, "candidates")
-    for wl in workloads:
-        need, mod = todo[wl.name], mods[wl.name]
-        key = workload_key(mod)
-        if need == 0:
-            continue
-        records.save_name(store, key, wl.name)
-        # The seed moves with what is already stored, so a resumed harvest draws new candidates.
-        ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
-                             search_strategy="replay-trace", task_name=wl.name,
-                             rand_state=int(cfg["seed"]) + have.get(key, 0),
-                             num_threads=int(cfg["build_workers"]))
-        ctx.pre_tuning(max_trials=need, num_trials_per_iter=int(cfg["batch_size"]),
-                       design_spaces=ctx.generate_design_space(), database=db)
-        workload = db.commit_workload(mod)
-        done = 0
-        while done < need and (batch := ctx.generate_measure_candidates()):
-            batch = batch[: need - done]
-
-            def commit(i: int, res: ms.runner.RunnerResult, batch=batch,
-                       workload=workload) -> None:
-                # Each result is stored the moment it exists: a kill loses only the run in flight.
-                secs = res.run_secs if res.error_msg is None else [records.FAILED_SECS]
-                db.commit_tuning_record(ms.database.TuningRecord(
-                    batch[i].sch.trace, workload, secs, target, batch[i].args_info))
-                summary["failed"] += res.error_msg is not None
-
-            results = _measure(builder, runner, target, device_type(target), batch, commit)
-            ctx.notify_runner_results(batch, results)
-            done += len(batch)
-            summary["measured"] += len(batch)
-            progress.advance(len(batch), note=f"{wl.name}, {summary['failed']} failed")
-        ctx.post_tuning()
+    try:
+        for wl in workloads:
+            for source, need in todo[wl.name].items():
+                if need:
+                    _harvest_source(params, wl, mods[wl.name], source, need, db, store,
+                                    target, builder, runner, summary, progress)
+    finally:
+        builder.shutdown()
     log.info(f"harvest {device_name}: {summary}")
     return summary
+
+
+def _harvest_source(params: Params, wl: Workload, mod, source: str, need: int, db, store,
+                    target, builder, runner, summary: dict, progress: Progress) -> None:
+    cfg = params["harvest"]
+    key = workload_key(mod)
+    records.save_name(store, key, wl.name)
+    strategy, model = _search(params, source)
+    # The seed moves with what is already stored, so a resumed harvest draws new candidates.
+    stored = records.count_by_workload(store).get(key, 0)
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy=strategy, task_name=wl.name,
+                         rand_state=int(cfg["seed"]) + stored,
+                         num_threads=int(cfg["build_workers"]))
+    workload = db.commit_workload(mod)
+    if model is not None:
+        _train_on_store(model, ctx, store, key)
+    # Random sampling repeats itself on small design spaces: ask for more than needed and skip
+    # what the store already holds, so no schedule is measured twice.
+    ctx.pre_tuning(max_trials=need * OVERSAMPLE, num_trials_per_iter=int(cfg["batch_size"]),
+                   design_spaces=ctx.generate_design_space(), database=db, cost_model=model)
+    seen, done, dry = records.candidate_ids(store, key), 0, 0
+    while done < need and dry < DRY_BATCHES and (batch := ctx.generate_measure_candidates()):
+        batch = _fresh(batch, key, seen)[: need - done]
+        dry = 0 if batch else dry + 1
+        if not batch:
+            continue
+
+        def commit(i: int, res: ms.runner.RunnerResult, batch=batch) -> None:
+            # Stored the moment it exists: a kill loses only the measurement in flight.
+            secs = res.run_secs if res.error_msg is None else [records.FAILED_SECS]
+            trace = batch[i].sch.trace
+            db.commit_tuning_record(ms.database.TuningRecord(
+                trace, workload, secs, target, batch[i].args_info))
+            records.append_meta(store, key, trace, source, status_of(res.error_msg),
+                                res.error_msg)
+            summary["failed"] += res.error_msg is not None
+
+        results = measure(builder, runner, target, batch, commit)
+        ctx.notify_runner_results(batch, results)
+        if model is not None:
+            model.update(ctx, batch, results)
+        done += len(batch)
+        summary["measured"] += len(batch)
+        summary[source] += len(batch)
+        progress.advance(len(batch), note=f"{wl.name} ({source}), {summary['failed']} failed")
+    if done < need:
+        get_logger().info(f"harvest: {wl.name} has no more distinct {source} candidates "
+                          f"({done} of {need} found)")
+        progress.advance(need - done, note="design space exhausted")
+    ctx.post_tuning()

@@ -21,12 +21,6 @@ from calo.log import Progress, get_logger
 from calo.workloads import workload_key
 
 
-def _trace_key(workload: str, record: ms.database.TuningRecord) -> tuple[str, str]:
-    # The printed trace (schedule program and sampling decisions) is canonical for both the
-    # store's records and the source's, whichever way each was serialized.
-    return workload, str(record.trace)
-
-
 def _lines(path: Path) -> list[tuple[int, str]]:
     return [(n, line) for n, line in enumerate(path.read_text().splitlines(), start=1)
             if line.strip()]
@@ -58,7 +52,8 @@ def import_records(params: Params, device_name: str, source: Path) -> dict:
     store = params.records_dir(device_name)
     seen = set()
     if (store / records.RECORD_FILE).is_file():
-        seen = {_trace_key(r.workload_key, r.record) for r in records.iter_records(store)}
+        seen = {records.candidate_id(r.workload_key, r.record.trace)
+                for r in records.iter_records(store)}
     db = records.open_store(store)
     committed: dict[str, ms.database.Workload] = {}
     lines = _lines(rfile)
@@ -81,7 +76,7 @@ def import_records(params: Params, device_name: str, source: Path) -> dict:
             bad.append(f"{where}: measured on a '{rec.target.kind.name}' target, "
                        f"device '{device_name}' is '{kind}'")
             continue
-        key = _trace_key(keys[widx], rec)
+        key = records.candidate_id(keys[widx], rec.trace)
         if key in seen:
             summary["duplicates"] += 1
             continue
@@ -90,8 +85,11 @@ def import_records(params: Params, device_name: str, source: Path) -> dict:
             committed[keys[widx]] = db.commit_workload(workloads[widx].mod)
         db.commit_tuning_record(ms.database.TuningRecord(
             rec.trace, committed[keys[widx]], rec.run_secs, rec.target, rec.args_info))
+        ok = records.latency_of(rec) is not None
+        records.append_meta(store, keys[widx], rec.trace, records.IMPORTED,
+                            "ok" if ok else "failed")
         summary["imported"] += 1
-        summary["failed_measurements"] += records.latency_of(rec) is None
+        summary["failed_measurements"] += not ok
     summary["bad_lines"] = bad
     log = get_logger()
     for message in bad:

@@ -20,8 +20,9 @@ from tvm.s_tir import meta_schedule as ms
 from calo import registry
 from calo.config import CaloError, Params
 from calo.costmodel import CaloCostModel
-from calo.devices import make_builder, make_runner, make_target, preload_tensor_intrinsics
+from calo.devices import make_target, preload_tensor_intrinsics
 from calo.log import get_logger
+from calo.measure import make_builder, make_runner
 from calo.records import iter_records
 from calo.workloads import create_mod
 
@@ -74,15 +75,17 @@ def run_tuner(params: Params, device_name: str, workload_name: str, which: str,
     shutil.rmtree(work_dir, ignore_errors=True)  # a run is one fresh database, never a mix
     work_dir.mkdir(parents=True)
     _reset_tvm_logging()
+    builder = make_builder(params["harvest"])
     start = time.monotonic()
     ms.tune_tir(
         create_mod(params.workload(workload_name)), make_target(device), str(work_dir),
         max_trials_global=int(cfg["max_trials"]), num_trials_per_iter=int(cfg["trials_per_iter"]),
-        builder=make_builder(params["harvest"]), runner=make_runner(device, params["harvest"]),
+        builder=builder, runner=make_runner(device, params["harvest"]),
         cost_model=cost_model, seed=int(cfg["seed"]),
         num_tuning_cores=int(params["harvest"]["build_workers"]),
     )
     wall = time.monotonic() - start
+    builder.shutdown()
     latencies = [r.latency for r in iter_records(work_dir)]
     return {"wall_s": wall, "trials": len(latencies), "curve": best_so_far(latencies)}
 
