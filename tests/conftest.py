@@ -65,6 +65,18 @@ def workdir(tmp_path_factory) -> Path:
     os.chdir(old)
 
 
+def with_devices(params, harvest: dict | None = None, **devices: dict):
+    """The session's parameters plus extra devices (and harvest settings), for one test."""
+    import copy
+
+    from calo.config import Params
+
+    raw = copy.deepcopy(params.raw)
+    raw["devices"].update(devices)
+    raw["harvest"].update(harvest or {})
+    return Params(raw=raw, path=params.path)
+
+
 @pytest.fixture(scope="session")
 def params(workdir):
     from calo.config import load_params

@@ -2,7 +2,7 @@ import json
 
 from tvm.s_tir import meta_schedule as ms
 
-from calo.records import RECORD_FILE, count_by_workload, iter_records
+from calo.records import EVOLVED, RANDOM, RECORD_FILE, candidate_id, count_by_workload, iter_records
 from tests.conftest import DONOR, TARGET
 
 
@@ -16,6 +16,18 @@ def test_harvest_measures_each_workload_up_to_its_count(params, harvested):
         ok = [r.latency for r in recs if r.latency is not None]
         assert len(ok) >= 20 and all(0 < lat < 1.0 for lat in ok)
         assert {r.workload_name for r in recs} == {"mm-64", "mm-relu-32x64"}
+
+
+def test_each_record_knows_its_source_random_first_then_evolved(params, harvested):
+    for device in (DONOR, TARGET):
+        recs = list(iter_records(params.records_dir(device)))
+        for name in ("mm-64", "mm-relu-32x64"):
+            sources = [r.source for r in recs if r.workload_name == name][:14]
+            # evolved_fraction 0.5 of 14: seven random samples, then seven evolved candidates
+            assert sources == [RANDOM] * 7 + [EVOLVED] * 7
+        assert harvested[device][RANDOM] == harvested[device][EVOLVED] == 14
+        # no schedule is measured twice
+        assert len({candidate_id(r.workload_key, r.record.trace) for r in recs}) == len(recs)
 
 
 def test_store_is_a_plain_tvm_json_database(params, harvested):
@@ -74,4 +86,6 @@ def test_kill_9_mid_harvest_loses_nothing_and_resumes(params, workdir):
     lines = store.read_text().splitlines()
     assert lines[: len(survived)] == survived and len(lines) == 20
     # the killed process left no torn line: the whole store still parses
-    assert len(list(iter_records(params.records_dir(KILLED)))) == 20
+    recs = list(iter_records(params.records_dir(KILLED)))
+    assert len(recs) == 20
+    assert len({candidate_id(r.workload_key, r.record.trace) for r in recs}) == 20

@@ -1,0 +1,45 @@
+"""The built-in workload suite: 38+ operators, the paper's seven, each builds and measures."""
+
+from calo import records, suite
+from calo.cli import main
+from tests.conftest import with_devices
+
+PAPER_SEVEN = {"gelu-mlp", "sdp-attention", "conv2d", "depthwise-conv2d", "matmul", "layer-norm",
+               "group-conv2d"}
+
+
+def test_calo_workloads_lists_38_operators_and_the_paper_seven(params, capsys):
+    assert main(["workloads"]) == 0
+    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines()
+              if line and line[0].isalpha()}
+    assert len(set(suite.names()) & listed) >= 38
+    assert PAPER_SEVEN <= listed
+    ops = {suite.SUITE[n].op for n in suite.names()}
+    assert len(ops) >= 38  # distinct operator functions, not just shapes
+    assert set(suite.PAPER_OPERATORS) == PAPER_SEVEN
+    assert main(["workloads", "--paper"]) == 0
+    assert capsys.readouterr().out.count("@paper") == 7
+
+
+def test_every_suite_operator_builds_and_measures_at_its_small_shape(params):
+    from tasks.harvest import harvest
+
+    device = {"target": {"kind": "llvm", "num-cores": 2}, "runner": {"kind": "local"},
+              "candidates_per_workload": 1}
+    p = with_devices(params, **{"suite-cpu": device})
+    summary = harvest.fn(p, "suite-cpu", suite.names())
+    recs = {r.workload_name: r for r in records.iter_records(p.records_dir("suite-cpu"))}
+    assert summary["measured"] == len(suite.names()) == len(recs)
+    failed = {name: r.status for name, r in recs.items() if r.latency is None}
+    assert not failed
+    assert all(0 < r.latency < 0.1 for r in recs.values())
+
+
+def test_unknown_suite_shape_is_an_error(params):
+    import pytest
+
+    from calo.config import CaloError
+
+    with pytest.raises(CaloError, match="unknown workload 'conv1d@paper'"):
+        params.workload("conv1d@paper")  # only the paper's seven have the paper's shape
+    assert params.workload("matmul@paper").args == {"n": 4096, "m": 4096, "k": 1024}
