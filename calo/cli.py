@@ -19,6 +19,7 @@ STAGES = """stages, in pipeline order:
   workloads  list the built-in operator suite (and params.yaml's own workloads)
   harvest    sample Meta-Schedule candidates on a device, build and measure them, append to
              data/records/<device>/ (a TVM JSON database); tops up, never re-measures
+  records    count a device's records by operator family, candidate source and status
   import     add the records of an existing TVM JSON database (from any machine) to a device
   extract    one schedule graph (loops, blocks, buffers; typed edges) per measured record
   pretrain   train the evidential GraphSAGE model on the donor's graphs; registry alias 'donor'
@@ -63,6 +64,26 @@ def _cmd_workloads(params: Params, args) -> Callable[[], dict]:
     for _, family, _ in rows:
         families[family] = families.get(family, 0) + 1
     return lambda: {"workloads": len(rows), "families": families}
+
+
+def _cmd_records(params: Params, args) -> Callable[[], dict]:
+    """Counts of a device's store by operator family, source and status."""
+    from calo import records, suite
+
+    params.device(args.device)
+    store = params.records_dir(args.device)
+    _require(store / records.RECORD_FILE, f"no records for device '{args.device}' in {store}")
+    table: dict[str, dict[str, int]] = {}
+    for rec in records.iter_records(store):
+        row = table.setdefault(suite.family(rec.workload_name), {})
+        for col in (rec.source, rec.status, "records"):
+            row[col] = row.get(col, 0) + 1
+    cols = sorted({c for row in table.values() for c in row} - {"records"}) + ["records"]
+    total = {c: sum(row.get(c, 0) for row in table.values()) for c in cols}
+    print(f"{'family':<12}" + "".join(f"{c:>12}" for c in cols))
+    for family, row in sorted(table.items()) + [("total", total)]:
+        print(f"{family:<12}" + "".join(f"{row.get(c, 0):>12}" for c in cols))
+    return lambda: {"device": args.device, "by_family": table, "total": total}
 
 
 def _harvest_names(params: Params, args) -> list[str]:
@@ -189,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("workloads", _cmd_workloads, "list the workload suite: name, family, operator, shape",
             device=False)
     p.add_argument("--paper", action="store_true", help="the paper's shapes (<name>@paper)")
+    add("records", _cmd_records, "count a device's records by operator family, source, status")
     p = add("harvest", _cmd_harvest, "measure Meta-Schedule candidates on a device")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--workload", action="append", help="workload to harvest (repeatable; "

@@ -59,12 +59,17 @@ class WarmBuilder(ms.builder.PyBuilder):
             self.builds = 0
 
 
-def make_builder(harvest: dict, warm: bool = True) -> ms.builder.Builder:
-    """The warm builder, or (warm=False) TVM's LocalBuilder with the same settings."""
+def make_builder(harvest: dict) -> ms.builder.Builder:
+    """The warm builder, or (warm_builders: false) TVM's LocalBuilder with the same settings."""
     workers, timeout = int(harvest["build_workers"]), float(harvest["build_timeout_s"])
-    if warm:
+    if harvest.get("warm_builders", True):
         return WarmBuilder(workers, timeout)
     return ms.builder.LocalBuilder(f_build=build.build, max_workers=workers, timeout_sec=timeout)
+
+
+def close_builder(builder: ms.builder.Builder) -> None:
+    if isinstance(builder, WarmBuilder):
+        builder.shutdown()
 
 
 def evaluator_config(harvest: dict) -> ms.runner.EvaluatorConfig:

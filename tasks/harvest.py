@@ -21,7 +21,7 @@ from calo import records
 from calo.config import Params, Workload
 from calo.devices import make_target
 from calo.log import Progress, get_logger
-from calo.measure import make_builder, make_runner, measure, status_of
+from calo.measure import close_builder, make_builder, make_runner, measure, status_of
 from calo.workloads import create_mod, workload_key
 
 OVERSAMPLE = 8      # candidates a search may propose per one still needed
@@ -104,7 +104,7 @@ def harvest(params: Params, device_name: str, workload_names: list[str] | None =
                     _harvest_source(params, wl, mods[wl.name], source, need, db, store,
                                     target, builder, runner, summary, progress)
     finally:
-        builder.shutdown()
+        close_builder(builder)
     log.info(f"harvest {device_name}: {summary}")
     return summary
 

@@ -22,7 +22,7 @@ from calo.config import CaloError, Params
 from calo.costmodel import CaloCostModel
 from calo.devices import make_target, preload_tensor_intrinsics
 from calo.log import get_logger
-from calo.measure import make_builder, make_runner
+from calo.measure import close_builder, make_builder, make_runner
 from calo.records import iter_records
 from calo.workloads import create_mod
 
@@ -85,7 +85,7 @@ def run_tuner(params: Params, device_name: str, workload_name: str, which: str,
         num_tuning_cores=int(params["harvest"]["build_workers"]),
     )
     wall = time.monotonic() - start
-    builder.shutdown()
+    close_builder(builder)
     latencies = [r.latency for r in iter_records(work_dir)]
     return {"wall_s": wall, "trials": len(latencies), "curve": best_so_far(latencies)}
 

@@ -12,6 +12,7 @@ from calo.measure import (
     OK,
     RUN_ERROR,
     TIMEOUT,
+    close_builder,
     make_builder,
     make_runner,
     measure,
@@ -44,7 +45,7 @@ def test_a_build_error_is_reported_in_place_and_the_batch_goes_on(params):
                           tvm.target.Target({"kind": "llvm"}), [good, bad, good],
                           lambda i, r: seen.append(i))
     finally:
-        builder.shutdown()
+        close_builder(builder)
     assert [status_of(r.error_msg) for r in results] == [OK, BUILD_ERROR, OK]
     assert "tvm_warp_shuffle" in results[1].error_msg
     assert sorted(seen) == [0, 1, 2]  # every result, failed or not, reached the caller
@@ -60,7 +61,7 @@ def test_a_run_timeout_is_a_timeout(params):
         results = measure(builder, make_runner(params.device("cpu-b"), cfg),
                           tvm.target.Target({"kind": "llvm"}), [slow, fast])
     finally:
-        builder.shutdown()
+        close_builder(builder)
     assert [status_of(r.error_msg) for r in results] == [TIMEOUT, OK]
 
 
