@@ -26,6 +26,8 @@ STAGES = """stages, in pipeline order:
   finetune   adapt the donor model to a device on its warm-up probes; alias = device name
   calibrate  fit the variance temperature on validation probes; ECE/NLL before and after
   tune       tune_tir with CALO-GNN (UEC-UCB) and with TVM's XGBoost model, same budget and seed
+  evaluate   Kendall tau, top-1/top-5, regret, ECE, NLL, RMSE of a model on any TVM database,
+             beside TVM's XGBoost trained on the warm-up records (and on donor + warm-up)
   run        the per-device flow: warm-up harvest -> extract -> finetune -> calibrate -> tune
 """
 
@@ -183,6 +185,32 @@ def _cmd_tune(params: Params, args) -> Callable[[], dict]:
     return lambda: tune_flow(args.device, names, params_path=str(params.path))
 
 
+def _cmd_evaluate(params: Params, args) -> Callable[[], dict]:
+    from calo.records import RECORD_FILE, WORKLOAD_FILE
+
+    source = Path(args.records)
+    if not (source / WORKLOAD_FILE).is_file() or not (source / RECORD_FILE).is_file():
+        raise CaloError(f"{source} is not a TVM JSON database "
+                        f"(expected {WORKLOAD_FILE} and {RECORD_FILE})")
+    if not 0 <= args.warmup_fraction < 1:
+        raise CaloError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
+    out = Path(args.json) if args.json else None
+    if out is not None and not out.parent.is_dir():
+        raise CaloError(f"--json: directory {out.parent} does not exist")
+    from flows.pipeline import evaluate_flow
+    from tasks.evaluate import format_table
+
+    def work() -> dict:
+        report = evaluate_flow(args.model, str(source.resolve()), args.warmup_fraction,
+                               params_path=str(params.path))
+        print(format_table(report), file=sys.stderr)
+        if out is not None:
+            out.write_text(json.dumps(report, indent=1))
+        return report["overall"]
+
+    return work
+
+
 def _cmd_run(params: Params, args) -> Callable[[], dict]:
     _check_device(params, args.device, target_only=True)
     _donor_available(params)
@@ -231,6 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("tune", _cmd_tune, "tune workloads with CALO-GNN and with XGBoost, same budget")
     p.add_argument("--workload", action="append",
                    help="workload to tune (repeatable; default: tune.workloads)")
+    p = add("evaluate", _cmd_evaluate, "score a model on any TVM JSON database, side by side "
+            "with TVM's XGBoost model", device=False)
+    p.add_argument("--model", required=True,
+                   help="registry alias (donor, a device name) or a saved model directory")
+    p.add_argument("--records", required=True, help="TVM JSON database directory")
+    p.add_argument("--warmup-fraction", type=float, default=0.0,
+                   help="fine-tune on the first F of each workload's records, score the rest")
+    p.add_argument("--json", help="write the full report (overall and per workload) here")
     add("run", _cmd_run, "per-device flow: warm-up harvest, fine-tune, calibrate, tune")
     return parser
 

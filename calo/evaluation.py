@@ -34,10 +34,28 @@ def evaluate(model: EvidentialSAGE, graphs: GraphSet, levels: int, tau: float = 
     if len(graphs) == 0:
         return {"count": 0}
     y, mu, scale, df = predictive(model, graphs, tau)
-    return {
-        "count": len(graphs),
-        "nll": student_t_nll(y, mu, scale, df),
-        "ece": regression_ece(y, mu, scale, df, confidence_levels(levels)),
-        "rmse": float(np.sqrt(np.mean((y - mu) ** 2))),
-        "kendall_tau": mean_kendall_tau(y, mu, graphs.workload),
-    }
+    return {"count": len(graphs), **calibration(y, mu, scale, df, levels),
+            "kendall_tau": mean_kendall_tau(y, mu, graphs.workload)}
+
+
+def ranking(latency: np.ndarray, predicted: np.ndarray, ks: tuple[int, ...] = (1, 5)) -> dict:
+    """How well `predicted` (lower = predicted faster) picks fast schedules of one workload.
+
+    top-k score: best latency / best latency among the k predicted fastest (1.0 = found the
+    best); regret: how much slower the predicted fastest is than the best, as a fraction.
+    """
+    order = np.argsort(predicted, kind="stable")
+    best = float(latency.min())
+    tau = stats.kendalltau(latency, predicted).statistic if len(latency) >= 2 else np.nan
+    out = {"kendall_tau": float(tau)}
+    for k in ks:
+        out[f"top{k}"] = best / float(latency[order[:k]].min())
+    out["regret"] = float(latency[order[0]]) / best - 1.0
+    return out
+
+
+def calibration(y: np.ndarray, mu: np.ndarray, scale: np.ndarray, df: np.ndarray,
+                levels: int) -> dict:
+    return {"ece": regression_ece(y, mu, scale, df, confidence_levels(levels)),
+            "nll": student_t_nll(y, mu, scale, df),
+            "rmse": float(np.sqrt(np.mean((y - mu) ** 2)))}

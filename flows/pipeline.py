@@ -8,6 +8,7 @@ from prefect import flow
 
 from calo.config import load_params
 from tasks.calibrate import calibrate
+from tasks.evaluate import evaluate_records
 from tasks.extract import extract
 from tasks.finetune import finetune
 from tasks.harvest import harvest
@@ -32,6 +33,12 @@ def import_flow(device: str, source: str, params_path: str = PARAMS) -> dict:
 @flow(name="extract", flow_run_name="extract-{device}")
 def extract_flow(device: str, params_path: str = PARAMS) -> dict:
     return extract(load_params(params_path), device)
+
+
+@flow(name="evaluate")
+def evaluate_flow(model: str, records: str, warmup_fraction: float = 0.0,
+                  params_path: str = PARAMS) -> dict:
+    return evaluate_records(load_params(params_path), model, records, warmup_fraction)
 
 
 @flow(name="pretrain")

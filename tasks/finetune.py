@@ -24,6 +24,16 @@ def load_donor(params: Params):
     return model, config
 
 
+def adapt(params: Params, model, train, val, on_epoch=None) -> dict:
+    """Stage 2 of the transfer: train the donor model (its head, by default) on warm-up graphs."""
+    ft = params["finetune"]
+    if ft["layers"] == "head":
+        model.freeze_encoder()
+    cfg = {**train_kwargs(params["train"]), "lr": ft["lr"], "batch_size": ft["batch_size"],
+           "max_epochs": ft["epochs"], "warmup_epochs": 0, "patience": None}
+    return {**fit(model, train, val, on_epoch=on_epoch, **cfg), "config": cfg}
+
+
 @task(name="finetune", cache_policy=NONE)
 def finetune(params: Params, device_name: str) -> dict:
     params.target_device(device_name)
@@ -32,18 +42,13 @@ def finetune(params: Params, device_name: str) -> dict:
     if len(train) < 2:
         raise CaloError(f"device '{device_name}' has too few warm-up graphs ({len(graphs)})")
     model, config = load_donor(params)
-    ft = params["finetune"]
-    if ft["layers"] == "head":
-        model.freeze_encoder()
-    cfg = {**train_kwargs(params["train"]), "lr": ft["lr"], "batch_size": ft["batch_size"],
-           "max_epochs": ft["epochs"], "warmup_epochs": 0, "patience": None}
     levels = params["calibrate"]["levels"]
     with registry.start_run(params, "finetune", f"finetune-{device_name}"):
         before = evaluate(model, val, levels)
-        mlflow.log_params({**cfg, "layers": ft["layers"], "device": device_name,
-                           "donor": params.donor,
+        result = adapt(params, model, train.graphs, val.graphs, log_epoch("finetune"))
+        mlflow.log_params({**result["config"], "layers": params["finetune"]["layers"],
+                           "device": device_name, "donor": params.donor,
                            "warmup_graphs": len(train)})
-        result = fit(model, train.graphs, val.graphs, on_epoch=log_epoch("finetune"), **cfg)
         after = evaluate(model, val, levels)
         metrics = {**{f"zero_shot_val_{k}": v for k, v in before.items()},
                    **{f"val_{k}": v for k, v in after.items()}}

@@ -1,0 +1,191 @@
+"""Offline evaluation on any TVM JSON database, side by side with TVM's own XGBoost cost model.
+
+Each workload's measured records are taken in measurement order; the first `warmup_fraction`
+of them are warm-up probes, the rest are held out. With warm-up probes, our model is fine-tuned
+on them (as the finetune stage does) and its temperature refitted on a hash-split share of them
+(as the calibrate stage does). TVM's XGBModel is trained twice: on exactly the warm-up records
+(`xgb`), and on the donor's records plus the warm-up records, the data our model saw
+(`xgb_donor`). Every model is scored on the same held-out records.
+
+XGBModel predicts a relative throughput, not a latency distribution: it has ranking metrics
+(Kendall tau, top-k, regret) but no ECE, NLL or RMSE, which are reported as null.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from prefect import task
+from prefect.cache_policies import NONE
+from tvm.s_tir import meta_schedule as ms
+
+from calo import registry
+from calo.config import CaloError, Params
+from calo.dataset import GraphSet, split_of, to_data
+from calo.evaluation import calibration, predictive, ranking
+from calo.log import Progress, get_logger
+from calo.records import Record, iter_records
+from calo.schedule_graph import graph_of_record
+from models.calibration import confidence_levels, fit_temperature
+from tasks.finetune import adapt
+
+RANKING = ("kendall_tau", "top1", "top5", "regret")
+CALIBRATION = ("ece", "nll", "rmse")
+MIN_CALIBRATION_POINTS = 5   # fewer warm-up validation points than this: keep the temperature
+
+
+def load_model_spec(params: Params, spec: str) -> tuple[object, float, str]:
+    """A saved model directory, or a registry alias; with its temperature."""
+    path = Path(spec)
+    if (path / registry.WEIGHTS).is_file():
+        model, config = registry.load_model(path)
+        return model, float(config.get("temperature", 1.0)), str(path)
+    if path.exists() or "/" in spec:
+        raise CaloError(f"{spec} is not a saved model (no {registry.WEIGHTS} in it)")
+    model, config, version = registry.load_registered(params, spec)
+    return model, config["temperature"], f"{params['mlflow']['model_name']}@{spec} (v{version})"
+
+
+def split_warmup(recs: list[Record], fraction: float) -> dict[str, tuple[list, list]]:
+    by_workload: dict[str, list[Record]] = defaultdict(list)
+    for rec in recs:
+        by_workload[rec.workload_name].append(rec)
+    out = {}
+    for name, group in by_workload.items():
+        n_warm = math.ceil(fraction * len(group)) if fraction > 0 else 0
+        out[name] = (group[:n_warm], group[n_warm:])
+    return out
+
+
+def _graphs(recs: list[Record], progress: Progress) -> GraphSet:
+    graphs = GraphSet([], [], [])
+    for rec in recs:
+        graphs.graphs.append(to_data(graph_of_record(rec.record), math.log(rec.latency)))
+        graphs.workload.append(rec.workload_name)
+        graphs.record.append(rec.index)
+        progress.advance()
+    return graphs
+
+
+def _xgb(params: Params, groups: list[list[Record]]) -> ms.cost_model.XGBModel | None:
+    """TVM's XGBModel trained on record groups (one per workload); None without records."""
+    groups = [g for g in groups if g]
+    if not groups:
+        return None
+    model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**6,
+                                   num_tuning_cores=int(params["harvest"]["build_workers"]))
+    for group in groups:
+        model.update(_context(group[0]), [r.record.as_measure_candidate() for r in group],
+                     [ms.runner.RunnerResult(r.record.run_secs, None) for r in group])
+    return model
+
+
+def _context(rec: Record) -> ms.TuneContext:
+    return ms.TuneContext(mod=rec.record.workload.mod, target=rec.record.target,
+                          task_name=rec.workload_name)
+
+
+def _summarize(per_workload: dict[str, dict], counts: dict[str, int]) -> dict:
+    """Ranking metrics averaged over workloads; calibration metrics weighted by record count."""
+    overall = {}
+    for key in RANKING + CALIBRATION:
+        pairs = [(m[key], counts[w]) for w, m in per_workload.items()
+                 if m.get(key) is not None and not np.isnan(m[key])]
+        if not pairs:
+            overall[key] = None
+        elif key in RANKING:
+            overall[key] = float(np.mean([v for v, _ in pairs]))
+        else:
+            overall[key] = float(np.average([v for v, _ in pairs], weights=[c for _, c in pairs]))
+    return overall
+
+
+@task(name="evaluate", cache_policy=NONE)
+def evaluate_records(params: Params, model_spec: str, records_dir: str,
+                     warmup_fraction: float = 0.0) -> dict:
+    log = get_logger()
+    if not 0 <= warmup_fraction < 1:
+        raise CaloError(f"--warmup-fraction must be in [0, 1), got {warmup_fraction}")
+    recs = [r for r in iter_records(Path(records_dir)) if r.latency is not None]
+    if not recs:
+        raise CaloError(f"no successful measurements in {records_dir}")
+    model, tau, label = load_model_spec(params, model_spec)
+    splits = split_warmup(recs, warmup_fraction)
+    warm = [r for w, h in splits.values() for r in w]
+    held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
+    if not held:
+        raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
+    progress = Progress("evaluate: graphs", len(warm) + sum(map(len, held.values())), "records")
+    levels = int(params["calibrate"]["levels"])
+
+    if warm:
+        model = copy.deepcopy(model)
+        warm_graphs = _graphs(warm, progress)
+        fractions = {"test": 0.0, "val": params["split"]["val"]}
+        is_val = [split_of(w, r, fractions) == "val"
+                  for w, r in zip(warm_graphs.workload, warm_graphs.record)]
+        fit_set = warm_graphs.select([not v for v in is_val])
+        cal_set = warm_graphs.select(is_val)
+        adapt(params, model, fit_set.graphs, cal_set.graphs or fit_set.graphs)
+        if len(cal_set) >= MIN_CALIBRATION_POINTS:
+            y, mu, scale, df = predictive(model, cal_set)
+            tau = fit_temperature(y, mu, scale, df, confidence_levels(levels))
+
+    donor_store = params.records_dir(params.donor)
+    donor = ([r for r in iter_records(donor_store) if r.latency is not None]
+             if donor_store.is_dir() else [])
+    donor_groups = defaultdict(list)
+    for rec in donor:
+        donor_groups[rec.workload_key].append(rec)
+    warm_groups = [w for w, _ in splits.values()]
+    baselines = {"xgb": _xgb(params, warm_groups),
+                 "xgb_donor": _xgb(params, list(donor_groups.values()) + warm_groups)}
+
+    per_workload: dict[str, dict[str, dict]] = {m: {} for m in ("calo", *baselines)}
+    counts = {}
+    for name, group in held.items():
+        latency = np.array([r.latency for r in group])
+        counts[name] = len(group)
+        y, mu, scale, df = predictive(model, _graphs(group, progress), tau)
+        per_workload["calo"][name] = {**ranking(latency, mu), **calibration(y, mu, scale, df,
+                                                                            levels)}
+        cands = [r.record.as_measure_candidate() for r in group]
+        for which, xgb in baselines.items():
+            if xgb is None:
+                continue
+            score = np.asarray(xgb.predict(_context(group[0]), cands))
+            per_workload[which][name] = {**ranking(latency, -score),
+                                         **dict.fromkeys(CALIBRATION)}
+    report = {
+        "model": label, "temperature": tau, "records": records_dir,
+        "warmup_fraction": warmup_fraction, "warmup_records": len(warm),
+        "held_out_records": sum(counts.values()), "donor_records": len(donor),
+        "overall": {m: _summarize(pw, counts) for m, pw in per_workload.items() if pw},
+        "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
+                         for w in held},
+        "not_run": {m: "no training records (warm-up fraction 0 and no donor records)"
+                    for m, b in baselines.items() if b is None},
+    }
+    log.info(f"evaluate: {len(held)} workloads, {report['held_out_records']} held-out records")
+    return report
+
+
+def format_table(report: dict) -> str:
+    cols = RANKING + CALIBRATION
+    lines = [f"{report['model']} on {report['records']}: {report['held_out_records']} held-out "
+             f"records, {report['warmup_records']} warm-up (fraction {report['warmup_fraction']})"]
+    head = f"{'workload':<24}{'model':<11}" + "".join(f"{c:>12}" for c in cols)
+    lines.append(head)
+    rows = [(w, m, v) for w, ms_ in sorted(report["per_workload"].items()) for m, v in ms_.items()]
+    rows += [("overall", m, v) for m, v in report["overall"].items()]
+    for workload, model, values in rows:
+        cells = "".join(f"{'-' if values.get(c) is None else format(values[c], '.3f'):>12}"
+                        for c in cols)
+        lines.append(f"{workload:<24}{model:<11}{cells}")
+    for model, why in report["not_run"].items():
+        lines.append(f"{model}: not run: {why}")
+    return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""`calo evaluate`: our model beside TVM's XGBoost on held-out records of any TVM database."""
+
+import json
+
+import pytest
+
+from calo.cli import main
+from tests.conftest import TARGET
+
+MODELS = {"calo", "xgb", "xgb_donor"}
+KEYS = {"kendall_tau", "top1", "top5", "regret", "ece", "nll"}
+
+
+def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
+        params, pretrained, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    code = main(["evaluate", "--model", "donor", "--records", str(params.records_dir(TARGET)),
+                 "--warmup-fraction", "0.5", "--json", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert set(report["overall"]) == MODELS
+    assert report["warmup_records"] + report["held_out_records"] == 28  # every measured record
+    for metrics in report["overall"].values():
+        assert KEYS <= set(metrics)
+        assert 0 < metrics["top1"] <= metrics["top5"] <= 1.0 and metrics["regret"] >= 0
+        assert -1 <= metrics["kendall_tau"] <= 1
+    assert report["overall"]["calo"]["ece"] >= 0 and report["overall"]["xgb"]["ece"] is None
+    assert set(report["per_workload"]) == {"mm-64", "mm-relu-32x64"}
+    table = capsys.readouterr().err
+    assert "xgb_donor" in table and "overall" in table
+
+
+def test_evaluate_reads_a_database_written_by_plain_tune_tir(params, tuned, tmp_path):
+    # data/tune/<device>/<workload>/xgb is exactly what ms.tune_tir wrote
+    source = params.tune_dir(TARGET) / "mm-64" / "xgb"
+    out = tmp_path / "report.json"
+    assert main(["evaluate", "--model", "donor", "--records", str(source),
+                 "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["warmup_records"] == 0
+    # without warm-up records XGBoost only has the donor's data; the warm-up-only variant is
+    # reported as not run, with the reason
+    assert set(report["overall"]) == {"calo", "xgb_donor"} and "xgb" in report["not_run"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--records", "nowhere"], "nowhere is not a TVM JSON database"),
+    (["--warmup-fraction", "1.5"], "--warmup-fraction must be in [0, 1)"),
+    (["--model", "no-such-alias"], "no 'calo-gnn' model with alias 'no-such-alias'"),
+])
+def test_evaluate_bad_input_is_one_line(params, pretrained, capsys, args, message):
+    given = {"--model": "donor", "--records": str(params.records_dir(TARGET)),
+             **dict(zip(args[::2], args[1::2]))}
+    assert main(["evaluate"] + [x for kv in given.items() for x in kv]) == 2
+    assert message in capsys.readouterr().err
