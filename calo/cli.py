@@ -23,6 +23,7 @@ STAGES = """stages, in pipeline order:
   import     add the records of an existing TVM JSON database (from any machine) to a device
   extract    one schedule graph (loops, blocks, buffers; typed edges) per measured record
   pretrain   train the evidential GraphSAGE model on the donor's graphs; registry alias 'donor'
+  sweep      the paper's grid (lr x weight decay x lambda) on the donor, one MLflow run each
   finetune   adapt the donor model to a device on its warm-up probes; alias = device name
   calibrate  fit the variance temperature on validation probes; ECE/NLL before and after
   tune       tune_tir with CALO-GNN (UEC-UCB) and with TVM's XGBoost model, same budget and seed
@@ -141,6 +142,14 @@ def _cmd_pretrain(params: Params, args) -> Callable[[], dict]:
     return lambda: pretrain_flow(params_path=str(params.path))
 
 
+def _cmd_sweep(params: Params, args) -> Callable[[], dict]:
+    _require(params.graphs_path(params.donor),
+             f"no graphs for donor '{params.donor}': run `calo harvest` and `calo extract` first")
+    from flows.pipeline import sweep_flow
+
+    return lambda: sweep_flow(params_path=str(params.path))
+
+
 def _donor_available(params: Params) -> None:
     from calo import registry
 
@@ -254,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "database_tuning_record.json")
     add("extract", _cmd_extract, "build the schedule graph of every measured record")
     add("pretrain", _cmd_pretrain, "pre-train the evidential GraphSAGE on the donor", device=False)
+    add("sweep", _cmd_sweep, "train on the donor for every setting of the sweep grid "
+        "(params.yaml sweep), one MLflow run each; reports the best", device=False)
     add("finetune", _cmd_finetune, "fine-tune the donor model on a device's warm-up probes")
     add("calibrate", _cmd_calibrate, "fit the variance temperature of a device's model")
     p = add("tune", _cmd_tune, "tune workloads with CALO-GNN and with XGBoost, same budget")

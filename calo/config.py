@@ -125,6 +125,11 @@ _REQUIRED = ["donor", "targets", "devices", "workloads", "harvest", "split", "gr
              "train", "finetune", "calibrate", "tune", "mlflow"]
 
 
+# Checked here so a typo stops before any work (models.evidential checks them again).
+_MODEL_VARIANTS = {"encoder": ("sage", "gcn"), "pooling": ("meanmax", "topk"),
+                   "head": ("evidential", "deterministic"), "attention": (True, False)}
+
+
 def load_params(path: str | os.PathLike | None = None) -> Params:
     """Read params.yaml (or $CALO_PARAMS) and check its structure."""
     path = Path(path or os.environ.get(PARAMS_ENV, DEFAULT_PARAMS))
@@ -147,6 +152,10 @@ def load_params(path: str | os.PathLike | None = None) -> Params:
         check_target(raw["devices"][name].get("target"), where=f"device '{name}'")
     for name in raw["harvest"]["workloads"] + raw["tune"]["workloads"]:
         params.workload(name)
+    for key, allowed in _MODEL_VARIANTS.items():
+        if key in raw["model"] and raw["model"][key] not in allowed:
+            raise CaloError(f"{path}: model.{key} must be one of {', '.join(map(str, allowed))}, "
+                            f"got {raw['model'][key]!r}")
     if raw["finetune"].get("layers") not in ("head", "all"):
         raise CaloError(f"{path}: finetune.layers must be 'head' or 'all', "
                         f"got {raw['finetune'].get('layers')!r}")

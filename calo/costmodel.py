@@ -19,7 +19,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from calo.dataset import to_data
 from calo.records import latency_of
 from calo.schedule_graph import graph_of_candidate
-from models.evidential import EvidentialSAGE, evidential_loss
+from models.evidential import EvidentialSAGE, cost_loss
 from models.training import predict
 
 
@@ -66,7 +66,8 @@ class CaloCostModel(PyCostModel):
             for batch in loader:
                 out = self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch,
                                  batch.num_graphs)
-                loss = evidential_loss(self.model.standardize(batch.y), out, self.lam)
+                loss = cost_loss(self.model.standardize(batch.y), out, self.lam,
+                                 self.model.deterministic)
                 self.optimizer.zero_grad()
                 loss.backward()
                 self.optimizer.step()

@@ -17,6 +17,7 @@ from calo.schedule_graph import EDGE_TYPES, FEATURES
 from models.evidential import EvidentialSAGE
 
 WEIGHTS, CONFIG, VERSION = "weights.pt", "config.json", "registry.json"
+VARIANTS = ("encoder", "pooling", "head", "attention")
 
 
 def new_model(params: Params) -> tuple[EvidentialSAGE, dict]:
@@ -25,6 +26,7 @@ def new_model(params: Params) -> tuple[EvidentialSAGE, dict]:
         "edge_types": list(EDGE_TYPES),
         "hidden": int(params["model"]["hidden"]),
         "layers": int(params["model"]["layers"]),
+        **{k: params["model"][k] for k in VARIANTS},
     }
     return build_model(config), config
 
@@ -32,7 +34,9 @@ def new_model(params: Params) -> tuple[EvidentialSAGE, dict]:
 def build_model(config: dict) -> EvidentialSAGE:
     if config["features"] != list(FEATURES) or config["edge_types"] != list(EDGE_TYPES):
         raise CaloError("model was trained on a different graph schema; re-run pretrain")
-    return EvidentialSAGE(len(FEATURES), len(EDGE_TYPES), config["hidden"], config["layers"])
+    variants = {k: config[k] for k in VARIANTS if k in config}  # older configs: the defaults
+    return EvidentialSAGE(len(FEATURES), len(EDGE_TYPES), config["hidden"], config["layers"],
+                          **variants)
 
 
 def save_model(model: EvidentialSAGE, config: dict, path: Path) -> None:

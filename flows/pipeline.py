@@ -14,6 +14,7 @@ from tasks.finetune import finetune
 from tasks.harvest import harvest
 from tasks.import_records import import_records
 from tasks.pretrain import pretrain
+from tasks.sweep import sweep
 from tasks.tune import tune, write_report
 
 PARAMS = "params.yaml"
@@ -39,6 +40,11 @@ def extract_flow(device: str, params_path: str = PARAMS) -> dict:
 def evaluate_flow(model: str, records: str, warmup_fraction: float = 0.0,
                   params_path: str = PARAMS) -> dict:
     return evaluate_records(load_params(params_path), model, records, warmup_fraction)
+
+
+@flow(name="sweep")
+def sweep_flow(params_path: str = PARAMS) -> dict:
+    return sweep(load_params(params_path))
 
 
 @flow(name="pretrain")

@@ -10,7 +10,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
-from models.evidential import NIG, EvidentialSAGE, evidential_loss, nig_nll
+from models.evidential import NIG, EvidentialSAGE, cost_loss, nig_nll
 
 EpochCallback = Callable[[int, float, float], None]
 
@@ -42,6 +42,7 @@ def fit(
     max_epochs: int,
     warmup_epochs: int = 1,
     patience: int | None = None,
+    rank_weight: float = 0.0,
     seed: int = 0,
     on_epoch: EpochCallback | None = None,
 ) -> dict:
@@ -70,7 +71,8 @@ def fit(
         model.train()
         running, seen = 0.0, 0
         for batch in loader:
-            loss = evidential_loss(model.standardize(batch.y), _forward(model, batch), lam)
+            loss = cost_loss(model.standardize(batch.y), _forward(model, batch), lam,
+                             model.deterministic, rank_weight)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)

@@ -13,7 +13,24 @@ from calo.config import CaloError, Params
 from calo.dataset import load_graphs
 from calo.evaluation import evaluate, predictive
 from calo.log import get_logger
-from models.calibration import confidence_levels, fit_temperature
+from calo.plots import reliability_diagram
+from models.calibration import confidence_levels, coverage, fit_temperature
+
+
+def _reliability(params: Params, device_name: str, model, graphs, tau: float):
+    """Reliability diagram of held-out probes before and after the temperature: PNG + data."""
+    levels = confidence_levels(params["calibrate"]["levels"])
+    y, mu, scale, df = predictive(model, graphs)
+    before, after = coverage(y, mu, scale, df, levels), coverage(y, mu, scale * tau, df, levels)
+    base = params.metrics_path("calibration", device_name)
+    png = reliability_diagram(base.with_name(f"{device_name}-reliability.png"), levels,
+                              {"before": before, f"after (tau={tau:.2f})": after},
+                              f"{device_name}: {len(graphs)} held-out probes")
+    curve = base.with_name(f"{device_name}-reliability.json")
+    curve.write_text(json.dumps([{"level": float(p), "ideal": float(p), "before": float(b),
+                                  "after": float(a)} for p, b, a in zip(levels, before, after)],
+                                indent=1))
+    return png, curve
 
 
 @task(name="calibrate", cache_policy=NONE)
@@ -37,9 +54,13 @@ def calibrate(params: Params, device_name: str) -> dict:
                 report[f"{name}_{key}_before"] = before[key]
                 report[f"{name}_{key}_after"] = after[key]
         report[f"{name}_count"] = len(part)
+    params.metrics_path("calibration", device_name).parent.mkdir(parents=True, exist_ok=True)
+    png, curve = _reliability(params, device_name, model, test if len(test) else val, tau)
     with registry.start_run(params, "calibrate", f"calibrate-{device_name}"):
         mlflow.log_params({"device": device_name, "levels": levels})
         mlflow.log_metrics(report)
+        mlflow.log_artifact(str(png))
+        mlflow.log_artifact(str(curve))
     registry.set_version_tags(params, model_dir, {"temperature": tau, **{
         k: v for k, v in report.items() if k.startswith("test_")}})
     out = params.calibration_path(device_name)

@@ -17,7 +17,7 @@ from models.training import fit
 
 def train_kwargs(train_cfg: dict) -> dict:
     return {k: train_cfg[k] for k in ("lr", "weight_decay", "lam", "batch_size", "max_epochs",
-                                      "warmup_epochs", "patience", "seed")}
+                                      "warmup_epochs", "patience", "rank_weight", "seed")}
 
 
 def log_epoch(stage: str):
@@ -30,31 +30,42 @@ def log_epoch(stage: str):
     return on_epoch
 
 
-@task(name="pretrain", cache_policy=NONE)
-def pretrain(params: Params) -> dict:
-    donor = params.donor
-    graphs = load_graphs(params.graphs_path(donor))
-    split = params["split"]
-    train, val, test = (graphs.split(s, split) for s in ("train", "val", "test"))
+def donor_splits(params: Params):
+    graphs = load_graphs(params.graphs_path(params.donor))
+    train, val, test = (graphs.split(s, params["split"]) for s in ("train", "val", "test"))
     if len(train) < 2 or len(val) < 1:
-        raise CaloError(f"donor '{donor}' has too few graphs to train ({len(graphs)})")
-    cfg = train_kwargs(params["train"])
+        raise CaloError(f"donor '{params.donor}' has too few graphs to train ({len(graphs)})")
+    return train, val, test
+
+
+def train_on_donor(params: Params, train, val, test, cfg: dict, on_epoch=None):
+    """A fresh model fitted on the donor's training split; metrics on its val and test splits."""
     torch.manual_seed(cfg["seed"])
     model, config = registry.new_model(params)
     model.set_normalization(torch.cat([g.x for g in train.graphs]),
                             torch.cat([g.y for g in train.graphs]))
+    result = fit(model, train.graphs, val.graphs, on_epoch=on_epoch, **cfg)
     levels = params["calibrate"]["levels"]
+    metrics = {f"{name}_{k}": v for name, part in (("val", val), ("test", test))
+               for k, v in evaluate(model, part, levels).items()}
+    return model, config, {**metrics, "epochs": result["epochs"]}
+
+
+@task(name="pretrain", cache_policy=NONE)
+def pretrain(params: Params) -> dict:
+    donor = params.donor
+    train, val, test = donor_splits(params)
+    cfg = train_kwargs(params["train"])
     with registry.start_run(params, "pretrain", f"pretrain-{donor}"):
         mlflow.log_params({**cfg, **params["model"], "donor": donor, "train_graphs": len(train),
                            "val_graphs": len(val)})
-        result = fit(model, train.graphs, val.graphs, on_epoch=log_epoch("pretrain"), **cfg)
-        metrics = {f"{name}_{k}": v for name, part in (("val", val), ("test", test))
-                   for k, v in evaluate(model, part, levels).items()}
-        mlflow.log_metrics({**metrics, "epochs": result["epochs"]})
+        model, config, metrics = train_on_donor(params, train, val, test, cfg,
+                                                log_epoch("pretrain"))
+        mlflow.log_metrics(metrics)
         out = params.model_dir(donor)
         registry.save_model(model, config, out)
         version = registry.register(params, out, alias="donor",
                                     tags={"device": donor, "role": "donor", **metrics})
-    summary = {"version": version, "epochs": result["epochs"], **metrics}
+    summary = {"version": version, **metrics}
     get_logger().info(f"pretrain: registered version {version} as 'donor': {summary}")
     return summary

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 from scipy import stats
 
@@ -10,7 +11,7 @@ from models.calibration import (
     student_t_nll,
 )
 from models.evidential import NIG, EvidentialSAGE, evidential_loss, nig_nll
-from models.training import fit, mean_nll
+from models.training import fit, mean_nll, predict
 from tests.conftest import DONOR
 
 LEVELS = confidence_levels(19)
@@ -74,3 +75,35 @@ def test_training_on_measured_graphs_fits_them_and_keeps_the_best_epoch(params, 
     best = min(h["val_nll"] for h in result["history"])
     assert result["best_val_nll"] == best
     assert np.isclose(mean_nll(model, val), best, atol=1e-5)  # best weights are restored
+
+
+def test_pairwise_rank_loss_rewards_the_measured_order():
+    from models.evidential import pairwise_rank_loss
+
+    y = torch.tensor([0.0, 1.0, 2.0])
+    assert pairwise_rank_loss(y, y) < pairwise_rank_loss(y, -y)
+    assert pairwise_rank_loss(torch.zeros(3), y) == 0  # no ordered pair, no loss
+
+
+@pytest.mark.parametrize("variant", [
+    {"encoder": "gcn"}, {"pooling": "topk"}, {"attention": True}, {"head": "deterministic"},
+])
+def test_every_model_variant_trains_on_measured_graphs(params, extracted, variant):
+    graphs = load_graphs(params.graphs_path(DONOR))
+    train = graphs.graphs[::2]
+    torch.manual_seed(0)
+    model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=16, layers=2, **variant)
+    model.set_normalization(torch.cat([g.x for g in train]), torch.cat([g.y for g in train]))
+    result = fit(model, train, [], lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8,
+                 max_epochs=15, rank_weight=0.5)
+    losses = [h["train_loss"] for h in result["history"]]
+    assert min(losses[-3:]) < losses[0]
+    d = predict(model, train)
+    assert d.gamma.shape == (len(train),) and torch.isfinite(d.t_scale).all()
+    if variant.get("head") == "deterministic":  # one global scale: the temperature's to fit
+        assert torch.allclose(d.t_scale, d.t_scale[0].expand_as(d.t_scale))
+
+
+def test_unknown_variant_is_refused():
+    with pytest.raises(ValueError, match="unknown variant"):
+        EvidentialSAGE(4, 2, encoder="gat")

@@ -1,6 +1,7 @@
 import json
 
 import numpy as np
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
@@ -52,3 +53,36 @@ def test_calibrate_writes_metrics_and_never_worsens_validation_ece(params, calib
     assert metrics["temperature"] > 0
     stored = json.loads(params.calibration_path(TARGET).read_text())
     assert stored["temperature"] == metrics["temperature"]
+
+
+def test_calibrate_draws_the_reliability_diagram_it_scores(params, calibrated):
+    base = params.metrics_path("calibration", TARGET)
+    png = base.with_name(f"{TARGET}-reliability.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = json.loads(base.with_name(f"{TARGET}-reliability.json").read_text())
+    assert len(rows) == params["calibrate"]["levels"]
+    metrics = json.loads(base.read_text())
+    # the plotted curves are the ECE's: mean |observed - level| on the held-out probes
+    split = "test" if metrics["test_count"] else "val"
+    for when in ("before", "after"):
+        gap = np.mean([abs(r[when] - r["level"]) for r in rows])
+        assert gap == pytest.approx(metrics[f"{split}_ece_{when}"], abs=1e-9)
+
+
+def test_sweep_trains_every_setting_as_an_mlflow_run_and_reports_the_best(params, extracted):
+    import copy
+
+    from calo.config import Params
+    from tasks.sweep import sweep
+
+    raw = copy.deepcopy(params.raw)
+    raw["sweep"] = {"lr": [3e-3, 1e-4], "weight_decay": [0.0], "lam": [1e-2]}
+    raw["train"]["max_epochs"] = 4
+    out = sweep.fn(Params(raw=raw, path=params.path))
+    assert [(r["lr"], r["lam"]) for r in out["results"]] == [(3e-3, 1e-2), (1e-4, 1e-2)]
+    assert out["best"]["val_nll"] == min(r["val_nll"] for r in out["results"])
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name("calo-sweep")
+    runs = client.search_runs([experiment.experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 2 and all("val_nll" in r.data.metrics for r in children)

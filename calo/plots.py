@@ -1,0 +1,26 @@
+"""Figures written next to metrics: PNGs for DVC plots and MLflow artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a display
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def reliability_diagram(path: Path, levels, curves: dict[str, list[float]], title: str) -> Path:
+    """Observed coverage of central predictive intervals against their confidence level."""
+    fig, ax = plt.subplots(figsize=(4.5, 4.5), dpi=120)
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="ideal")
+    for label, observed in curves.items():
+        ax.plot(levels, observed, marker="o", markersize=3, label=label)
+    ax.set(xlabel="confidence level of the central interval", ylabel="observed coverage",
+           xlim=(0, 1), ylim=(0, 1), title=title)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
