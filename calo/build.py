@@ -19,10 +19,16 @@ def build(mod: Any, target: Any, _params: Any) -> Any:
 def build_and_export(mod: Any, target: Any) -> str:
     """Build, then export to a tar for the runner; the returned path is what the runner loads."""
     import os
+    import shutil
     import tempfile
 
     from tvm.support.tar import tar
 
-    artifact = os.path.join(tempfile.mkdtemp(prefix="calo-build-"), "mod." + tar.output_format)
-    build(mod, target, None).export_library(artifact, fcompile=tar)
+    folder = tempfile.mkdtemp(prefix="calo-build-")
+    artifact = os.path.join(folder, "mod." + tar.output_format)
+    try:
+        build(mod, target, None).export_library(artifact, fcompile=tar)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # a failed build leaves nothing behind
+        raise
     return artifact

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.utils import remove_build_dir
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from calo import build
@@ -160,7 +161,10 @@ def measure(builder: ms.builder.Builder, runner: ms.runner.Runner, target: tvm.t
             inputs.append(ms.runner.RunnerInput(b.artifact_path, device_type(target),
                                                 cand.args_info))
             slots.append(i)
-    for i, future in zip(slots, runner.run(inputs) if inputs else []):
+    for i, inp, future in zip(slots, inputs, runner.run(inputs) if inputs else []):
         results[i] = future.result()
+        # Builders write each artifact to its own temporary directory and nothing else removes
+        # it: a long harvest would otherwise leave thousands behind.
+        remove_build_dir(inp.artifact_path)
         on_result(i, results[i])
     return results  # type: ignore[return-value]

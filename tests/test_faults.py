@@ -34,7 +34,10 @@ def _candidate(mod: tvm.IRModule) -> ms.MeasureCandidate:
                                ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
 
 
-def test_a_build_error_is_reported_in_place_and_the_batch_goes_on(params):
+def test_a_build_error_is_reported_in_place_and_the_batch_goes_on(params, tmp_path,
+                                                                  monkeypatch):
+    # Build workers inherit TMPDIR: every artifact directory they create lands here.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     good = _candidate(create_mod(params.workload("mm-64")))
     bad = _candidate(tvm.IRModule({"main": _no_llvm_lowering}))
     seen = []
@@ -50,6 +53,7 @@ def test_a_build_error_is_reported_in_place_and_the_batch_goes_on(params):
     assert "tvm_warp_shuffle" in results[1].error_msg
     assert sorted(seen) == [0, 1, 2]  # every result, failed or not, reached the caller
     assert all(s > 0 for s in results[0].run_secs)
+    assert list(tmp_path.iterdir()) == []  # measured artifacts are removed, not left behind
 
 
 def test_a_run_timeout_is_a_timeout(params):
