@@ -57,6 +57,10 @@ class Params:
         return self.raw["donor"]
 
     @property
+    def graph_kind(self) -> str:
+        return self.raw["graph"].get("kind", "schedule")
+
+    @property
     def targets(self) -> list[str]:
         return list(self.raw["targets"])
 
@@ -156,6 +160,11 @@ def load_params(path: str | os.PathLike | None = None) -> Params:
         if key in raw["model"] and raw["model"][key] not in allowed:
             raise CaloError(f"{path}: model.{key} must be one of {', '.join(map(str, allowed))}, "
                             f"got {raw['model'][key]!r}")
+    from calo.graphs import KINDS  # here: calo.graphs imports this module
+
+    if params.graph_kind not in KINDS:
+        raise CaloError(f"{path}: graph.kind must be one of {', '.join(KINDS)}, "
+                        f"got {params.graph_kind!r}")
     if raw["finetune"].get("layers") not in ("head", "all"):
         raise CaloError(f"{path}: finetune.layers must be 'head' or 'all', "
                         f"got {raw['finetune'].get('layers')!r}")

@@ -17,20 +17,22 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from calo.dataset import to_data
+from calo.graphs import of_candidate
 from calo.records import latency_of
-from calo.schedule_graph import graph_of_candidate
 from models.evidential import EvidentialSAGE, cost_loss
 from models.training import predict
 
 
 @derived_object
 class CaloCostModel(PyCostModel):
-    def __init__(self, model: EvidentialSAGE, temperature: float, *, kappa_c: float,
+    def __init__(self, model: EvidentialSAGE, temperature: float, *, graph_kind: str,
+                 kappa_c: float,
                  kappa_offset: float, update_steps: int, update_lr: float, lam: float,
                  batch_size: int = 64, constant_kappa: float | None = None, seed: int = 0):
         super().__init__()
         self.model = model
         self.temperature = temperature
+        self.graph_kind = graph_kind
         self.kappa_c, self.kappa_offset, self.constant_kappa = kappa_c, kappa_offset, constant_kappa
         self.update_steps, self.lam, self.batch_size = update_steps, lam, batch_size
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=update_lr)
@@ -54,7 +56,7 @@ class CaloCostModel(PyCostModel):
         for cand, res in zip(candidates, results):
             secs = latency_of(res) if res.error_msg is None else None
             if secs is not None:
-                self.measured.append(to_data(graph_of_candidate(cand), math.log(secs)))
+                self.measured.append(to_data(of_candidate(self.graph_kind, cand), math.log(secs)))
         self.round += 1
         if not self.measured or self.update_steps <= 0:
             return
@@ -79,7 +81,7 @@ class CaloCostModel(PyCostModel):
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates:
             return np.zeros(0, dtype=np.float64)
-        d = predict(self.model, [to_data(graph_of_candidate(c)) for c in candidates])
+        d = predict(self.model, [to_data(of_candidate(self.graph_kind, c)) for c in candidates])
         d = d.scaled(self.temperature)
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
         return np.exp(-(bound - bound.min()))

@@ -31,10 +31,11 @@ class GraphSet:
     graphs: list[Data]          # y = natural log of the measured seconds
     workload: list[str]         # workload names (params.yaml), or structural keys if unnamed
     record: list[int]           # index of the record in its store
+    kind: str = "schedule"      # graph kind (calo.graphs)
 
     def select(self, keep: list[bool]) -> GraphSet:
         return GraphSet(*([v for v, k in zip(values, keep) if k]
-                          for values in (self.graphs, self.workload, self.record)))
+                          for values in (self.graphs, self.workload, self.record)), self.kind)
 
     def split(self, name: str, fractions: dict) -> GraphSet:
         return self.select([split_of(w, r, fractions) == name
@@ -65,14 +66,20 @@ def save_graphs(path: Path, graphs: GraphSet) -> None:
         "y": torch.cat([g.y for g in graphs.graphs]) if graphs.graphs else torch.zeros(0),
         "workload": graphs.workload,
         "record": graphs.record,
+        "kind": graphs.kind,
     }, tmp)
     tmp.replace(path)
 
 
-def load_graphs(path: Path) -> GraphSet:
+def load_graphs(path: Path, kind: str) -> GraphSet:
+    """The graphs at path, which must be of the kind the reader's model expects."""
     if not path.is_file():
         raise CaloError(f"no graphs at {path}: run `calo extract` for this device first")
     blob = torch.load(path, weights_only=True)
+    if blob.get("kind", "schedule") != kind:
+        raise CaloError(f"{path} holds {blob.get('kind', 'schedule')} graphs but the model reads "
+                        f"{kind} graphs: re-run `calo extract` (and pretrain) after changing "
+                        "graph.kind")
     graphs = [Data(x=x, edge_index=e, edge_type=t, y=y.reshape(1))
               for x, e, t, y in zip(blob["x"], blob["edge_index"], blob["edge_type"], blob["y"])]
-    return GraphSet(graphs, list(blob["workload"]), list(blob["record"]))
+    return GraphSet(graphs, list(blob["workload"]), list(blob["record"]), kind)

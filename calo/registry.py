@@ -13,7 +13,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from calo.config import CaloError, Params
-from calo.schedule_graph import EDGE_TYPES, FEATURES
+from calo.graphs import schema
 from models.evidential import EvidentialSAGE
 
 WEIGHTS, CONFIG, VERSION = "weights.pt", "config.json", "registry.json"
@@ -21,9 +21,11 @@ VARIANTS = ("encoder", "pooling", "head", "attention")
 
 
 def new_model(params: Params) -> tuple[EvidentialSAGE, dict]:
+    features, edge_types = schema(params.graph_kind)
     config = {
-        "features": list(FEATURES),
-        "edge_types": list(EDGE_TYPES),
+        "graph": params.graph_kind,
+        "features": features,
+        "edge_types": edge_types,
         "hidden": int(params["model"]["hidden"]),
         "layers": int(params["model"]["layers"]),
         **{k: params["model"][k] for k in VARIANTS},
@@ -32,11 +34,17 @@ def new_model(params: Params) -> tuple[EvidentialSAGE, dict]:
 
 
 def build_model(config: dict) -> EvidentialSAGE:
-    if config["features"] != list(FEATURES) or config["edge_types"] != list(EDGE_TYPES):
+    features, edge_types = schema(graph_kind(config))
+    if config["features"] != features or config["edge_types"] != edge_types:
         raise CaloError("model was trained on a different graph schema; re-run pretrain")
     variants = {k: config[k] for k in VARIANTS if k in config}  # older configs: the defaults
-    return EvidentialSAGE(len(FEATURES), len(EDGE_TYPES), config["hidden"], config["layers"],
+    return EvidentialSAGE(len(features), len(edge_types), config["hidden"], config["layers"],
                           **variants)
+
+
+def graph_kind(config: dict) -> str:
+    """The graph kind a model reads (configs from before the AST option: schedule graphs)."""
+    return config.get("graph", "schedule")
 
 
 def save_model(model: EvidentialSAGE, config: dict, path: Path) -> None:

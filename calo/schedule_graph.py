@@ -1,10 +1,18 @@
 """A scheduled TIR PrimFunc as a typed, directed multigraph.
 
 Nodes are loops, blocks and buffers (memory scopes). Edges:
-  nest      enclosing loop/block -> loop/block directly inside it
+  nest      enclosing loop/block -> loop/block directly inside it; along a loop nest the
+            chain of nest edges is the loop order (outermost first), which reorder changes
   dataflow  buffer -> block that reads it, block -> buffer it writes
-  sequence  a statement -> the next one in the same sequence (loop order after reorder)
+  sequence  a statement -> the next one in the same sequence (sibling order)
   fusion    between consecutive blocks that share an enclosing loop (compute-at / fused nests)
+
+Continuous features come twice: in absolute log2 units (the model predicts absolute latency, so
+sizes matter) and normalized per workload, divided by the same quantity of the workload itself
+(its largest block's iteration count, its largest buffer). Those denominators do not depend on
+the schedule, so every candidate of a workload shares them and a single candidate can be
+featurized alone; the normalized columns make the same tiling look the same on a small and on a
+large operator.
 """
 
 from __future__ import annotations
@@ -31,6 +39,13 @@ FEATURES = (
     "scope_global", "scope_local", "scope_shared",
     "is_reduction",         # block has a reduction iterator
     "thread_tag",           # 1 + index of the thread tag (blockIdx.x, ..., threadIdx.z), else 0
+    "log_vector_width",     # lanes of a vectorized loop
+    "innermost",            # loop with no loop inside it
+    "log_inner_dim_accesses",  # accesses whose last (contiguous) index this loop's variable drives
+    "log_accesses",         # block: buffer regions it reads and writes
+    "rel_extent",           # log_extent / the workload's log iteration count (or largest buffer)
+    "rel_trip_count",       # log_trip_count / the workload's log iteration count
+    "rel_bytes",            # log_bytes / the workload's largest buffer's log bytes
 )
 NUM_FEATURES = len(FEATURES)
 _COL = {name: i for i, name in enumerate(FEATURES)}
@@ -53,6 +68,7 @@ class _Builder:
     dst: list[int] = field(default_factory=list)
     etype: list[int] = field(default_factory=list)
     buffers: dict[str, int] = field(default_factory=dict)
+    loop_of_var: dict[int, int] = field(default_factory=dict)  # hash(loop var) -> loop node
 
     def node(self, **values: float) -> int:
         row = np.zeros(NUM_FEATURES, dtype=np.float32)
@@ -69,19 +85,24 @@ class _Builder:
     def buffer(self, buf) -> int:
         name = buf.name
         if name not in self.buffers:
-            elems = math.prod(_int(s) for s in buf.shape)
-            width = re.search(r"(\d+)$", str(buf.dtype))  # float32 -> 32
-            bits = int(width.group(1)) if width else 32
+            elems, nbytes = buffer_size(buf)
             scope = buf.scope()
             self.buffers[name] = self.node(
                 is_buffer=1,
                 log_extent=_log(elems),
-                log_bytes=_log(elems * bits / 8),
+                log_bytes=_log(nbytes),
                 scope_global=float(scope == "global"),
                 scope_local=float(scope.startswith("local")),
                 scope_shared=float(scope.startswith("shared")),
             )
         return self.buffers[name]
+
+
+def buffer_size(buf) -> tuple[int, float]:
+    """Elements and bytes of a buffer (symbolic dimensions count as 1)."""
+    elems = math.prod(_int(s) for s in buf.shape)
+    width = re.search(r"(\d+)$", str(buf.dtype))  # float32 -> 32
+    return elems, elems * (int(width.group(1)) if width else 32) / 8
 
 
 def _int(expr) -> int:
@@ -103,11 +124,27 @@ def extract_graph(func: tirx.PrimFunc) -> ScheduleGraph:
             g.buffer(param)
     _walk(g, func.body, parent=None, depth=0, trips=1, loop_blocks=[])
     x = np.stack(g.rows) if g.rows else np.zeros((0, NUM_FEATURES), np.float32)
+    _normalize_per_workload(x)
     return ScheduleGraph(
         x=x,
         edge_index=np.array([g.src, g.dst], dtype=np.int64).reshape(2, -1),
         edge_type=np.array(g.etype, dtype=np.int64),
     )
+
+
+def _normalize_per_workload(x: np.ndarray) -> None:
+    """Fill the rel_* columns: each size over the workload's own (schedule-independent) size."""
+    if not len(x):
+        return
+    blocks, buffers = x[:, _COL["is_block"]] == 1, x[:, _COL["is_buffer"]] == 1
+    def largest(rows: np.ndarray, column: str) -> float:
+        return max(float(x[rows, _COL[column]].max()) if rows.any() else 0.0, 1.0)
+
+    size = largest(blocks, "log_extent")
+    x[:, _COL["rel_extent"]] = x[:, _COL["log_extent"]] / np.where(
+        buffers, largest(buffers, "log_extent"), size)
+    x[:, _COL["rel_trip_count"]] = x[:, _COL["log_trip_count"]] / size
+    x[:, _COL["rel_bytes"]] = x[:, _COL["log_bytes"]] / largest(buffers, "log_bytes")
 
 
 def _walk(g: _Builder, stmt, parent: int | None, depth: int, trips: int,
@@ -117,7 +154,7 @@ def _walk(g: _Builder, stmt, parent: int | None, depth: int, trips: int,
     loop_blocks collects the block ids found under the innermost enclosing loop, for fusion edges.
     """
     if isinstance(stmt, s_tir.SBlockRealize):
-        return _walk_block(g, stmt.block, parent, depth, trips, loop_blocks)
+        return _walk_block(g, stmt, parent, depth, trips, loop_blocks)
     if isinstance(stmt, tirx.For):
         return [_walk_loop(g, stmt, parent, depth, trips, loop_blocks)]
     if isinstance(stmt, tirx.SeqStmt):
@@ -155,12 +192,17 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
         log_trip_count=_log(trips * extent),
         log_unroll_step=_log(_int(unroll)),
         thread_tag=_THREAD_TAGS.index(tag) + 1 if tag in _THREAD_TAGS else 0,
+        log_vector_width=_log(extent) if kind == "vectorized" else 0.0,
         **{kind: 1.0},
     )
     if parent is not None:
         g.edge(parent, node, NEST)
+    g.loop_of_var[hash(loop.loop_var)] = node
     inner_blocks: list[int] = []
+    loops_before = len(g.rows)
     _walk(g, loop.body, node, depth + 1, trips * extent, inner_blocks)
+    has_inner_loop = any(g.rows[i][_COL["is_loop"]] for i in range(loops_before, len(g.rows)))
+    g.rows[node][_COL["innermost"]] = float(not has_inner_loop)
     # Blocks computed inside the same loop nest are fused: link them in program order.
     for a, b in zip(inner_blocks, inner_blocks[1:]):
         g.edge(a, b, FUSION)
@@ -168,8 +210,9 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
     return node
 
 
-def _walk_block(g: _Builder, block: s_tir.SBlock, parent: int | None, depth: int, trips: int,
-                loop_blocks: list[int]) -> list[int]:
+def _walk_block(g: _Builder, realize: s_tir.SBlockRealize, parent: int | None, depth: int,
+                trips: int, loop_blocks: list[int]) -> list[int]:
+    block = realize.block
     for buf in block.alloc_buffers:
         g.buffer(buf)
     if block.name_hint == "root" and parent is None:
@@ -182,9 +225,11 @@ def _walk_block(g: _Builder, block: s_tir.SBlock, parent: int | None, depth: int
         depth=depth,
         log_trip_count=_log(trips),
         is_reduction=float(reduction),
+        log_accesses=_log(len(block.reads) + len(block.writes)),
     )
     if parent is not None:
         g.edge(parent, node, NEST)
+    _mark_inner_dim_loops(g, realize)
     for region in block.reads:
         g.edge(g.buffer(region.source), node, DATAFLOW)
     for region in block.writes:
@@ -194,14 +239,30 @@ def _walk_block(g: _Builder, block: s_tir.SBlock, parent: int | None, depth: int
     return [node]
 
 
-def graph_of_record(record) -> ScheduleGraph:
-    """The graph of a TuningRecord's scheduled program (its trace replayed on its workload)."""
-    return extract_graph(record.as_measure_candidate().sch.mod["main"])
+def _mark_inner_dim_loops(g: _Builder, realize: s_tir.SBlockRealize) -> None:
+    """Count, on each loop, the block's accesses whose last index the loop's variable drives.
+
+    The last index is the contiguous one, so a vectorized or innermost loop that drives it walks
+    memory with unit stride: the access pattern that caches and vector units reward.
+    """
+    block = realize.block
+    inner_vars: list[int] = []
+    for region in list(block.reads) + list(block.writes):
+        if len(region.region):
+            inner_vars += [hash(v) for v in tirx.analysis.undefined_vars(region.region[-1].min)]
+    if not inner_vars:
+        return
+    for iv, value in zip(block.iter_vars, realize.iter_values):
+        uses = inner_vars.count(hash(iv.var))
+        if not uses:
+            continue
+        for var in tirx.analysis.undefined_vars(value):
+            loop = g.loop_of_var.get(hash(var))
+            if loop is not None:
+                row = g.rows[loop]
+                count = 2 ** row[_COL["log_inner_dim_accesses"]] - 1 + uses
+                row[_COL["log_inner_dim_accesses"]] = _log(count)
 
 
-def graph_of_candidate(candidate) -> ScheduleGraph:
-    return extract_graph(candidate.sch.mod["main"])
-
-
-__all__ = ["EDGE_TYPES", "FEATURES", "NUM_FEATURES", "ScheduleGraph", "extract_graph",
-           "graph_of_record", "graph_of_candidate"]
+__all__ = ["EDGE_TYPES", "FEATURES", "NUM_FEATURES", "ScheduleGraph", "buffer_size",
+           "extract_graph"]

@@ -39,8 +39,8 @@ def calibrate(params: Params, device_name: str) -> dict:
     model_dir = params.model_dir(device_name)
     if not (model_dir / registry.WEIGHTS).is_file():
         raise CaloError(f"no fine-tuned model for '{device_name}': run `calo finetune` first")
-    model, _ = registry.load_model(model_dir)
-    graphs = load_graphs(params.graphs_path(device_name))
+    model, config = registry.load_model(model_dir)
+    graphs = load_graphs(params.graphs_path(device_name), registry.graph_kind(config))
     val, test = graphs.split("val", params["split"]), graphs.split("test", params["split"])
     if len(val) < 2:
         raise CaloError(f"device '{device_name}' has too few validation graphs ({len(val)})")

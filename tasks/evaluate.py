@@ -25,11 +25,11 @@ from tvm.s_tir import meta_schedule as ms
 
 from calo import registry
 from calo.config import CaloError, Params
-from calo.dataset import GraphSet, split_of, to_data
+from calo.dataset import split_of
 from calo.evaluation import calibration, predictive, ranking
+from calo.graphs import graph_set
 from calo.log import Progress, get_logger
 from calo.records import Record, iter_records
-from calo.schedule_graph import graph_of_record
 from models.calibration import confidence_levels, fit_temperature
 from tasks.finetune import adapt
 
@@ -38,16 +38,16 @@ CALIBRATION = ("ece", "nll", "rmse")
 MIN_CALIBRATION_POINTS = 5   # fewer warm-up validation points than this: keep the temperature
 
 
-def load_model_spec(params: Params, spec: str) -> tuple[object, float, str]:
-    """A saved model directory, or a registry alias; with its temperature."""
+def load_model_spec(params: Params, spec: str) -> tuple[object, dict, str]:
+    """A saved model directory, or a registry alias; its config carries the temperature."""
     path = Path(spec)
     if (path / registry.WEIGHTS).is_file():
         model, config = registry.load_model(path)
-        return model, float(config.get("temperature", 1.0)), str(path)
+        return model, {"temperature": 1.0, **config}, str(path)
     if path.exists() or "/" in spec:
         raise CaloError(f"{spec} is not a saved model (no {registry.WEIGHTS} in it)")
     model, config, version = registry.load_registered(params, spec)
-    return model, config["temperature"], f"{params['mlflow']['model_name']}@{spec} (v{version})"
+    return model, config, f"{params['mlflow']['model_name']}@{spec} (v{version})"
 
 
 def split_warmup(recs: list[Record], fraction: float) -> dict[str, tuple[list, list]]:
@@ -59,16 +59,6 @@ def split_warmup(recs: list[Record], fraction: float) -> dict[str, tuple[list, l
         n_warm = math.ceil(fraction * len(group)) if fraction > 0 else 0
         out[name] = (group[:n_warm], group[n_warm:])
     return out
-
-
-def _graphs(recs: list[Record], progress: Progress) -> GraphSet:
-    graphs = GraphSet([], [], [])
-    for rec in recs:
-        graphs.graphs.append(to_data(graph_of_record(rec.record), math.log(rec.latency)))
-        graphs.workload.append(rec.workload_name)
-        graphs.record.append(rec.index)
-        progress.advance()
-    return graphs
 
 
 def _xgb(params: Params, groups: list[list[Record]]) -> ms.cost_model.XGBModel | None:
@@ -113,7 +103,8 @@ def evaluate_records(params: Params, model_spec: str, records_dir: str,
     recs = [r for r in iter_records(Path(records_dir)) if r.latency is not None]
     if not recs:
         raise CaloError(f"no successful measurements in {records_dir}")
-    model, tau, label = load_model_spec(params, model_spec)
+    model, config, label = load_model_spec(params, model_spec)
+    tau, kind = float(config["temperature"]), registry.graph_kind(config)
     splits = split_warmup(recs, warmup_fraction)
     warm = [r for w, h in splits.values() for r in w]
     held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
@@ -124,7 +115,7 @@ def evaluate_records(params: Params, model_spec: str, records_dir: str,
 
     if warm:
         model = copy.deepcopy(model)
-        warm_graphs = _graphs(warm, progress)
+        warm_graphs = graph_set(kind, warm, progress.advance)
         fractions = {"test": 0.0, "val": params["split"]["val"]}
         is_val = [split_of(w, r, fractions) == "val"
                   for w, r in zip(warm_graphs.workload, warm_graphs.record)]
@@ -150,7 +141,7 @@ def evaluate_records(params: Params, model_spec: str, records_dir: str,
     for name, group in held.items():
         latency = np.array([r.latency for r in group])
         counts[name] = len(group)
-        y, mu, scale, df = predictive(model, _graphs(group, progress), tau)
+        y, mu, scale, df = predictive(model, graph_set(kind, group, progress.advance), tau)
         per_workload["calo"][name] = {**ranking(latency, mu), **calibration(y, mu, scale, df,
                                                                             levels)}
         cands = [r.record.as_measure_candidate() for r in group]

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import math
-
 from prefect import task
 from prefect.cache_policies import NONE
 
 from calo.config import CaloError, Params
-from calo.dataset import GraphSet, save_graphs, to_data
+from calo.dataset import save_graphs
+from calo.graphs import graph_set
 from calo.log import Progress, get_logger
 from calo.records import iter_records
-from calo.schedule_graph import graph_of_record
 
 
 @task(name="extract", cache_policy=NONE)
@@ -23,14 +21,9 @@ def extract(params: Params, device_name: str) -> dict:
     if not measured:
         raise CaloError(f"no successful measurements in {store}: run `calo harvest` first")
     progress = Progress(f"extract {device_name}", len(measured), "graphs")
-    graphs = GraphSet([], [], [])
-    for rec in measured:
-        graphs.graphs.append(to_data(graph_of_record(rec.record), math.log(rec.latency)))
-        graphs.workload.append(rec.workload_name)
-        graphs.record.append(rec.index)
-        progress.advance()
+    graphs = graph_set(params.graph_kind, measured, progress.advance)
     save_graphs(params.graphs_path(device_name), graphs)
-    summary = {"device": device_name, "graphs": len(measured),
+    summary = {"device": device_name, "graphs": len(measured), "kind": params.graph_kind,
                "failed_records_skipped": len(recs) - len(measured)}
     get_logger().info(f"extract {device_name}: {summary}")
     return summary

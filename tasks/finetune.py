@@ -37,11 +37,11 @@ def adapt(params: Params, model, train, val, on_epoch=None) -> dict:
 @task(name="finetune", cache_policy=NONE)
 def finetune(params: Params, device_name: str) -> dict:
     params.target_device(device_name)
-    graphs = load_graphs(params.graphs_path(device_name))
+    model, config = load_donor(params)
+    graphs = load_graphs(params.graphs_path(device_name), registry.graph_kind(config))
     train, val = graphs.split("train", params["split"]), graphs.split("val", params["split"])
     if len(train) < 2:
         raise CaloError(f"device '{device_name}' has too few warm-up graphs ({len(graphs)})")
-    model, config = load_donor(params)
     levels = params["calibrate"]["levels"]
     with registry.start_run(params, "finetune", f"finetune-{device_name}"):
         before = evaluate(model, val, levels)

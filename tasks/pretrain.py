@@ -31,7 +31,7 @@ def log_epoch(stage: str):
 
 
 def donor_splits(params: Params):
-    graphs = load_graphs(params.graphs_path(params.donor))
+    graphs = load_graphs(params.graphs_path(params.donor), params.graph_kind)
     train, val, test = (graphs.split(s, params["split"]) for s in ("train", "val", "test"))
     if len(train) < 2 or len(val) < 1:
         raise CaloError(f"donor '{params.donor}' has too few graphs to train ({len(graphs)})")

@@ -34,10 +34,11 @@ def load_tuning_model(params: Params, device_name: str) -> CaloCostModel:
     if not (model_dir / registry.WEIGHTS).is_file() or not calib.is_file():
         raise CaloError(f"no calibrated model for '{device_name}': run `calo finetune` and "
                         "`calo calibrate` first")
-    model, _ = registry.load_model(model_dir)
+    model, config = registry.load_model(model_dir)
     tau = json.loads(calib.read_text())["temperature"]
     cfg = params["tune"]
-    return CaloCostModel(model, tau, kappa_c=cfg["kappa_c"], kappa_offset=cfg["kappa_offset"],
+    return CaloCostModel(model, tau, graph_kind=registry.graph_kind(config),
+                         kappa_c=cfg["kappa_c"], kappa_offset=cfg["kappa_offset"],
                          update_steps=cfg["update_steps"], update_lr=cfg["update_lr"],
                          lam=params["train"]["lam"], seed=cfg["seed"])
 

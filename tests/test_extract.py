@@ -1,9 +1,16 @@
+import copy
+
 import numpy as np
+import pytest
+import torch
 import tvm
 from tvm import te
 from tvm.s_tir import Schedule
 
-from calo.dataset import load_graphs
+from calo import graphs
+from calo.config import CaloError, Params
+from calo.dataset import load_graphs, to_data
+from calo.records import iter_records
 from calo.schedule_graph import (
     DATAFLOW,
     EDGE_TYPES,
@@ -13,6 +20,9 @@ from calo.schedule_graph import (
     NUM_FEATURES,
     extract_graph,
 )
+from models.training import predict
+from tasks.extract import extract
+from tasks.pretrain import donor_splits, train_kwargs, train_on_donor
 from tests.conftest import DONOR
 
 COL = {name: i for i, name in enumerate(FEATURES)}
@@ -56,7 +66,7 @@ def test_graph_of_a_known_schedule():
 
 
 def test_extract_saves_a_graph_per_successful_record(params, extracted):
-    graphs = load_graphs(params.graphs_path(DONOR))
+    graphs = load_graphs(params.graphs_path(DONOR), params.graph_kind)
     assert len(graphs) == extracted[DONOR]["graphs"] >= 20
     assert extracted[DONOR]["graphs"] + extracted[DONOR]["failed_records_skipped"] == 28
     for g in graphs.graphs:
@@ -65,3 +75,81 @@ def test_extract_saves_a_graph_per_successful_record(params, extracted):
         assert int(g.edge_type.max()) < len(EDGE_TYPES)
         assert g.y.item() < 0  # log of a latency well under a second
     assert set(graphs.workload) == {"mm-64", "mm-relu-32x64"}
+
+
+def test_access_pattern_vector_width_and_innermost_loops():
+    g = extract_graph(_matmul_relu_schedule())
+    loops = g.x[g.x[:, COL["is_loop"]] == 1]
+    vector = loops[loops[:, COL["vectorized"]] == 1][0]
+    # j drives the last index of B[k, j] and C[i, j]; the parallel i_0 drives no last index
+    assert np.isclose(vector[COL["log_inner_dim_accesses"]], np.log2(1 + 2))
+    assert np.isclose(vector[COL["log_vector_width"]], np.log2(1 + 32))
+    parallel = loops[loops[:, COL["parallel"]] == 1][0]
+    assert parallel[COL["log_inner_dim_accesses"]] == 0 and parallel[COL["innermost"]] == 0
+    assert loops[:, COL["innermost"]].sum() == 2  # k under the matmul, ax0 under the relu
+
+
+def test_normalized_columns_are_relative_to_the_workload_itself():
+    def rel(n: int, tile: int) -> np.ndarray:
+        from tvm.s_tir.meta_schedule.testing import te_workload
+
+        sch = Schedule(te.create_prim_func(te_workload.matmul(n, n, n)))
+        i, _, _ = sch.get_loops(sch.get_sblock("C"))
+        sch.split(i, [None, tile])
+        return extract_graph(sch.mod["main"]).x
+
+    small, large = rel(32, 8), rel(128, 32)
+    for x in (small, large):
+        block = x[x[:, COL["is_block"]] == 1][0]
+        assert block[COL["rel_trip_count"]] == 1.0  # the block runs the workload's whole domain
+        assert block[COL["rel_extent"]] == 1.0
+        for col in ("rel_extent", "rel_trip_count", "rel_bytes"):
+            assert 0 <= x[:, COL[col]].min() and x[:, COL[col]].max() <= 1
+    # absolute sizes differ by shape, the workload-relative ones much less
+    loops = [x[x[:, COL["is_loop"]] == 1] for x in (small, large)]
+    abs_gap = np.abs(loops[0][:, COL["log_trip_count"]] - loops[1][:, COL["log_trip_count"]])
+    rel_gap = np.abs(loops[0][:, COL["rel_trip_count"]] - loops[1][:, COL["rel_trip_count"]])
+    assert (rel_gap < 0.1).all() and (abs_gap >= 1).any()
+
+
+def test_ast_graph_holds_every_statement_and_expression():
+    from calo import ast_graph
+
+    g = ast_graph.extract_graph(_matmul_relu_schedule())
+    assert g.x.shape[1] == ast_graph.NUM_FEATURES
+    types = [ast_graph.NODE_TYPES[i] for i in g.x[:, :len(ast_graph.NODE_TYPES)].argmax(1)]
+    assert types.count("BufferStore") == 3      # C's init, C's update, the relu
+    assert types.count("BufferLoad") == 4       # C, A, B in the update; C in the relu
+    assert types.count("For:parallel") == types.count("For:vectorized") == 1
+    assert types.count("Buffer") == 4           # one node per buffer, shared by its accesses
+    value = ast_graph.FEATURES.index("log_value")
+    assert np.isclose(g.x[:, value], np.log2(1 + 32)).any()  # the vectorized extent, a constant
+    src, dst = g.edge_index
+    buffer_edges = g.edge_type == ast_graph.BUFFER
+    assert buffer_edges.sum() == 7              # every load and store points at its buffer
+    # every use of the vectorized loop's variable is linked to the loop that binds it
+    vector = types.index("For:vectorized")
+    uses = dst[(g.edge_type == ast_graph.VAR) & (src == vector)]
+    assert len(uses) >= 1 and all(types[u] == "Var" for u in uses)
+    tree = g.edge_type == ast_graph.CHILD
+    assert np.bincount(dst[tree], minlength=len(types)).max() == 1  # a tree: one parent each
+
+
+def test_the_ast_kind_runs_extract_pretrain_and_prediction(params, harvested, tmp_path,
+                                                          monkeypatch):
+    raw = copy.deepcopy(params.raw)
+    raw["graph"]["kind"] = "ast"
+    ast = Params(raw=raw, path=params.path)
+    # Its own data/ (the session's schedule graphs stay), reading the session's records.
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "records").symlink_to(params.records_dir(DONOR).resolve().parent)
+    monkeypatch.chdir(tmp_path)
+    assert extract.fn(ast, DONOR)["kind"] == "ast"
+    with pytest.raises(CaloError, match="holds ast graphs"):
+        load_graphs(ast.graphs_path(DONOR), "schedule")
+    cfg = {**train_kwargs(ast["train"]), "max_epochs": 2}
+    model, config, metrics = train_on_donor(ast, *donor_splits(ast), cfg)
+    assert config["graph"] == "ast" and np.isfinite(metrics["test_nll"])
+    rec = next(r for r in iter_records(ast.records_dir(DONOR)) if r.latency is not None)
+    d = predict(model, [to_data(graphs.of_record("ast", rec.record))])
+    assert torch.isfinite(d.gamma).all()

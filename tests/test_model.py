@@ -62,7 +62,7 @@ def test_fit_temperature_recovers_the_missing_scale():
 
 
 def test_training_on_measured_graphs_fits_them_and_keeps_the_best_epoch(params, extracted):
-    graphs = load_graphs(params.graphs_path(DONOR))
+    graphs = load_graphs(params.graphs_path(DONOR), params.graph_kind)
     train, val = graphs.graphs[::2], graphs.graphs[1::2]
     torch.manual_seed(0)
     model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=32, layers=2)
@@ -89,7 +89,7 @@ def test_pairwise_rank_loss_rewards_the_measured_order():
     {"encoder": "gcn"}, {"pooling": "topk"}, {"attention": True}, {"head": "deterministic"},
 ])
 def test_every_model_variant_trains_on_measured_graphs(params, extracted, variant):
-    graphs = load_graphs(params.graphs_path(DONOR))
+    graphs = load_graphs(params.graphs_path(DONOR), params.graph_kind)
     train = graphs.graphs[::2]
     torch.manual_seed(0)
     model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=16, layers=2, **variant)

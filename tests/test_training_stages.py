@@ -38,7 +38,7 @@ def test_finetune_registers_a_new_version_under_the_device_alias(params, pretrai
 def test_registered_model_loads_back_with_weights_only(params, calibrated):
     model, config, version = registry.load_registered(params, TARGET)
     local, _ = registry.load_model(params.model_dir(TARGET))
-    graphs = load_graphs(params.graphs_path(TARGET))
+    graphs = load_graphs(params.graphs_path(TARGET), params.graph_kind)
     assert np.allclose(predictive(model, graphs)[1], predictive(local, graphs)[1])
     stored = json.loads(params.calibration_path(TARGET).read_text())["temperature"]
     assert config["temperature"] == stored

@@ -1,0 +1,51 @@
+"""The graph kinds a model can learn from (params.yaml `graph.kind`), behind one interface.
+
+  schedule  loops, blocks and buffers with hand-chosen schedule features (calo.schedule_graph)
+  ast       every TIR statement and expression, typed, with its constants (calo.ast_graph)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from types import ModuleType
+
+from calo import ast_graph, schedule_graph
+from calo.config import CaloError
+from calo.dataset import GraphSet, to_data
+from calo.schedule_graph import ScheduleGraph
+
+KINDS: dict[str, ModuleType] = {"schedule": schedule_graph, "ast": ast_graph}
+
+
+def _module(kind: str) -> ModuleType:
+    if kind not in KINDS:
+        raise CaloError(f"unknown graph kind '{kind}' (known: {', '.join(KINDS)})")
+    return KINDS[kind]
+
+
+def schema(kind: str) -> tuple[list[str], list[str]]:
+    """Feature names and edge type names of a graph kind."""
+    module = _module(kind)
+    return list(module.FEATURES), list(module.EDGE_TYPES)
+
+
+def of_record(kind: str, record) -> ScheduleGraph:
+    """The graph of a TuningRecord's scheduled program (its trace replayed on its workload)."""
+    return _module(kind).extract_graph(record.as_measure_candidate().sch.mod["main"])
+
+
+def of_candidate(kind: str, candidate) -> ScheduleGraph:
+    return _module(kind).extract_graph(candidate.sch.mod["main"])
+
+
+def graph_set(kind: str, records: Iterable, on_graph: Callable[[], None] = lambda: None
+              ) -> GraphSet:
+    """Graphs of measured records (calo.records.Record), labelled with their log latency."""
+    graphs = GraphSet([], [], [], kind)
+    for rec in records:
+        graphs.graphs.append(to_data(of_record(kind, rec.record), math.log(rec.latency)))
+        graphs.workload.append(rec.workload_name)
+        graphs.record.append(rec.index)
+        on_graph()
+    return graphs
