@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,7 +142,7 @@ def count_by_workload(path: Path) -> dict[str, int]:
     with open(path / RECORD_FILE) as f:
         for line in f:
             if line.strip():
-                key = keys[int(line[1:line.index(",")])]
+                key = keys[_workload_index(line)]
                 counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -153,3 +154,32 @@ def count_by_source(path: Path, source: str) -> dict[str, int]:
         if m["source"] == source:
             counts[m["workload"]] = counts.get(m["workload"], 0) + 1
     return counts
+
+
+def subset_store(source: Path, dest: Path, keep: Callable[[str], bool]) -> int:
+    """Copy the records of the workloads whose names `keep` accepts into a new store.
+
+    Workload lines are copied whole, so record lines keep their workload indices; the record
+    and side-file lines of other workloads are left out. Returns the number of records copied.
+    """
+    if (dest / RECORD_FILE).exists():
+        raise CaloError(f"{dest} already holds records; subset into a new directory")
+    dest.mkdir(parents=True, exist_ok=True)
+    keys, names = _workload_keys(source), load_names(source)
+    kept = {k for k in keys if keep(names.get(k, k))}
+    shutil.copy(source / WORKLOAD_FILE, dest / WORKLOAD_FILE)
+    if (source / NAMES_FILE).is_file():
+        shutil.copy(source / NAMES_FILE, dest / NAMES_FILE)
+    lines = [line for line in (source / RECORD_FILE).read_text().splitlines()
+             if line.strip() and keys[_workload_index(line)] in kept]
+    (dest / RECORD_FILE).write_text("".join(line + "\n" for line in lines))
+    if (source / META_FILE).is_file():
+        meta = [line for line in (source / META_FILE).read_text().splitlines()
+                if line.strip() and json.loads(line)["workload"] in kept]
+        (dest / META_FILE).write_text("".join(line + "\n" for line in meta))
+    return len(lines)
+
+
+def _workload_index(line: str) -> int:
+    """The workload index that starts a record line, `[index, {...}]`, without parsing the rest."""
+    return int(line[1:line.index(",")])

@@ -1,30 +1,33 @@
-"""Offline evaluation on any TVM JSON database, side by side with TVM's own XGBoost cost model.
+"""Offline evaluation on any TVM JSON database, side by side with TVM's own cost models.
 
 Each workload's measured records are taken in measurement order; the first `warmup_fraction`
 of them are warm-up probes, the rest are held out. With warm-up probes, our model is fine-tuned
 on them (as the finetune stage does) and its temperature refitted on a hash-split share of them
-(as the calibrate stage does). TVM's XGBModel is trained twice: on exactly the warm-up records
-(`xgb`), and on the donor's records plus the warm-up records, the data our model saw
-(`xgb_donor`). Every model is scored on the same held-out records.
+(as the calibrate stage does). TVM's XGBModel and MLPModel are each trained twice: on exactly
+the warm-up records (`xgb`, `mlp`), and on the donor's records plus the warm-up records, the
+data our model saw (`xgb_donor`, `mlp_donor`). Every model is scored on the same held-out
+records; a baseline that cannot train on what it is given is listed as not run, with why.
 
-XGBModel predicts a relative throughput, not a latency distribution: it has ranking metrics
-(Kendall tau, top-k, regret) but no ECE, NLL or RMSE, which are reported as null.
+TVM's models predict a relative throughput, not a latency distribution: they have ranking
+metrics (Kendall tau, top-k, regret) but no ECE, NLL or RMSE, which are reported as null.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import random
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import torch
 from prefect import task
 from prefect.cache_policies import NONE
 from tvm.s_tir import meta_schedule as ms
 
 from calo import registry
-from calo.config import CaloError, Params
+from calo.config import CaloError, Params, reason
 from calo.dataset import split_of
 from calo.evaluation import calibration, predictive, ranking
 from calo.graphs import graph_set
@@ -36,6 +39,7 @@ from tasks.finetune import adapt
 RANKING = ("kendall_tau", "top1", "top5", "regret")
 CALIBRATION = ("ece", "nll", "rmse")
 MIN_CALIBRATION_POINTS = 5   # fewer warm-up validation points than this: keep the temperature
+MLP_MIN_WORKLOADS = 5
 
 
 def load_model_spec(params: Params, spec: str) -> tuple[object, dict, str]:
@@ -61,11 +65,8 @@ def split_warmup(recs: list[Record], fraction: float) -> dict[str, tuple[list, l
     return out
 
 
-def _xgb(params: Params, groups: list[list[Record]]) -> ms.cost_model.XGBModel | None:
-    """TVM's XGBModel trained on record groups (one per workload); None without records."""
-    groups = [g for g in groups if g]
-    if not groups:
-        return None
+def _xgb(params: Params, groups: list[list[Record]]) -> ms.cost_model.XGBModel:
+    """TVM's XGBModel trained on record groups (one per workload)."""
     model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**6,
                                    num_tuning_cores=int(params["harvest"]["build_workers"]))
     for group in groups:
@@ -74,23 +75,75 @@ def _xgb(params: Params, groups: list[list[Record]]) -> ms.cost_model.XGBModel |
     return model
 
 
+def _mlp(params: Params, groups: list[list[Record]]):
+    """TVM's MLPModel (a segment-sum MLP on per-store features) trained on record groups.
+
+    Its full training holds out a fifth of the groups to pick the best epoch, so it needs five
+    workloads or more.
+    """
+    from tvm.s_tir.meta_schedule.cost_model.mlp_model import MLPModel, extract_features
+    from tvm.s_tir.meta_schedule.utils import shash2hex
+
+    if len(groups) < MLP_MIN_WORKLOADS:
+        raise CaloError(f"MLPModel trains on {MLP_MIN_WORKLOADS} or more workloads, "
+                        f"got {len(groups)}")
+    random.seed(params["train"]["seed"])
+    torch.manual_seed(params["train"]["seed"])
+    model = MLPModel()
+    state = model.trainer.state
+    for group in groups:
+        context = _context(group[0])
+        features, costs = extract_features(
+            context, [r.record.as_measure_candidate() for r in group],
+            [ms.runner.RunnerResult(r.record.run_secs, None) for r in group], state.extractor)
+        state.add_to_group(features, costs, shash2hex(context.mod))
+    model.trainer.train_full()
+    return model
+
+
+BASELINES = {"xgb": _xgb, "mlp": _mlp}
+
+
+def _baselines(params: Params, warm_groups: list[list[Record]],
+               donor_groups: list[list[Record]]) -> tuple[dict, dict]:
+    """TVM's cost models on the warm-up records alone and on donor + warm-up records.
+
+    Returns the trained models and, for those that could not be trained, why.
+    """
+    trained, not_run = {}, {}
+    for kind, train in BASELINES.items():
+        for name, groups in ((kind, warm_groups), (f"{kind}_donor", donor_groups + warm_groups)):
+            groups = [g for g in groups if g]
+            try:
+                if not groups:
+                    raise CaloError("no training records (warm-up fraction 0 and no donor "
+                                    "records)")
+                trained[name] = train(params, groups)
+            except Exception as err:  # a baseline that cannot train is reported, not fatal
+                not_run[name] = reason(err)
+    return trained, not_run
+
+
 def _context(rec: Record) -> ms.TuneContext:
     return ms.TuneContext(mod=rec.record.workload.mod, target=rec.record.target,
                           task_name=rec.workload_name)
 
 
-def _summarize(per_workload: dict[str, dict], counts: dict[str, int]) -> dict:
-    """Ranking metrics averaged over workloads; calibration metrics weighted by record count."""
+def _summarize(per_workload: dict[str, dict], pooled: dict | None) -> dict:
+    """Ranking metrics averaged over workloads (the tuner ranks within one workload);
+    calibration metrics over all held-out records pooled.
+
+    ECE is a statement about a set of predictions: on one workload's few dozen records its
+    sampling noise alone is several hundredths, so averaging per-workload ECEs would report
+    that noise, not miscalibration.
+    """
     overall = {}
-    for key in RANKING + CALIBRATION:
-        pairs = [(m[key], counts[w]) for w, m in per_workload.items()
-                 if m.get(key) is not None and not np.isnan(m[key])]
-        if not pairs:
-            overall[key] = None
-        elif key in RANKING:
-            overall[key] = float(np.mean([v for v, _ in pairs]))
-        else:
-            overall[key] = float(np.average([v for v, _ in pairs], weights=[c for _, c in pairs]))
+    for key in RANKING:
+        values = [m[key] for m in per_workload.values()
+                  if m.get(key) is not None and not np.isnan(m[key])]
+        overall[key] = float(np.mean(values)) if values else None
+    for key in CALIBRATION:
+        overall[key] = pooled[key] if pooled else None
     return overall
 
 
@@ -133,33 +186,32 @@ def evaluate_records(params: Params, model_spec: str, records_dir: str,
     for rec in donor:
         donor_groups[rec.workload_key].append(rec)
     warm_groups = [w for w, _ in splits.values()]
-    baselines = {"xgb": _xgb(params, warm_groups),
-                 "xgb_donor": _xgb(params, list(donor_groups.values()) + warm_groups)}
+    baselines, not_run = _baselines(params, warm_groups, list(donor_groups.values()))
 
     per_workload: dict[str, dict[str, dict]] = {m: {} for m in ("calo", *baselines)}
-    counts = {}
+    counts, pooled = {}, []
     for name, group in held.items():
         latency = np.array([r.latency for r in group])
         counts[name] = len(group)
         y, mu, scale, df = predictive(model, graph_set(kind, group, progress.advance), tau)
+        pooled.append((y, mu, scale, df))
         per_workload["calo"][name] = {**ranking(latency, mu), **calibration(y, mu, scale, df,
                                                                             levels)}
         cands = [r.record.as_measure_candidate() for r in group]
-        for which, xgb in baselines.items():
-            if xgb is None:
-                continue
-            score = np.asarray(xgb.predict(_context(group[0]), cands))
+        for which, baseline in baselines.items():
+            score = np.asarray(baseline.predict(_context(group[0]), cands))
             per_workload[which][name] = {**ranking(latency, -score),
                                          **dict.fromkeys(CALIBRATION)}
+    calo_pooled = calibration(*(np.concatenate(part) for part in zip(*pooled)), levels)
     report = {
         "model": label, "temperature": tau, "records": records_dir,
         "warmup_fraction": warmup_fraction, "warmup_records": len(warm),
         "held_out_records": sum(counts.values()), "donor_records": len(donor),
-        "overall": {m: _summarize(pw, counts) for m, pw in per_workload.items() if pw},
+        "overall": {m: _summarize(pw, calo_pooled if m == "calo" else None)
+                    for m, pw in per_workload.items() if pw},
         "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
                          for w in held},
-        "not_run": {m: "no training records (warm-up fraction 0 and no donor records)"
-                    for m, b in baselines.items() if b is None},
+        "not_run": not_run,
     }
     log.info(f"evaluate: {len(held)} workloads, {report['held_out_records']} held-out records")
     return report
