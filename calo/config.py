@@ -126,7 +126,7 @@ class Params:
 
 
 _REQUIRED = ["donor", "targets", "devices", "workloads", "harvest", "split", "graph", "model",
-             "train", "finetune", "calibrate", "tune", "mlflow"]
+             "train", "finetune", "promotion", "calibrate", "tune", "mlflow"]
 
 
 # Checked here so a typo stops before any work (models.evidential checks them again).

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import torch
+import yaml
 from mlflow.tracking import MlflowClient
 
 from calo.config import CaloError, Params
@@ -75,8 +78,13 @@ def start_run(params: Params, experiment: str, run_name: str):
     return mlflow.start_run(run_name=run_name)
 
 
-def register(params: Params, model_dir: Path, alias: str, tags: dict[str, Any]) -> str:
-    """Log the model directory to the active run, add a registry version, point `alias` at it."""
+def register(params: Params, model_dir: Path, alias: str, tags: dict[str, Any],
+             promote: bool = True) -> str:
+    """Log the model directory to the active run and add a registry version.
+
+    With promote (the default), `alias` moves to the new version; without, the version stays
+    registered and the alias stays where it was.
+    """
     client = connect(params)
     name = params["mlflow"]["model_name"]
     mlflow.log_artifacts(str(model_dir), artifact_path="model")
@@ -87,7 +95,8 @@ def register(params: Params, model_dir: Path, alias: str, tags: dict[str, Any]) 
         name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
         tags={k: str(v) for k, v in tags.items()},
     ).version
-    client.set_registered_model_alias(name, alias, version)
+    if promote:
+        client.set_registered_model_alias(name, alias, version)
     (model_dir / VERSION).write_text(json.dumps({"name": name, "version": version, "alias": alias,
                                                  "run_id": run.info.run_id}))
     return version
@@ -100,16 +109,56 @@ def set_version_tags(params: Params, model_dir: Path, tags: dict[str, Any]) -> N
         client.set_model_version_tag(info["name"], info["version"], key, str(value))
 
 
+def aliased_version(params: Params, alias: str):
+    """The registry version an alias points at, or None."""
+    client = connect(params)
+    try:
+        return client.get_model_version_by_alias(params["mlflow"]["model_name"], alias)
+    except mlflow.exceptions.MlflowException:
+        return None
+
+
+def fetch(params: Params, alias: str, dest: Path) -> str:
+    """Download the model an alias points at into dest (weights, config, registry.json)."""
+    version = aliased_version(params, alias)
+    if version is None:
+        raise CaloError(f"no '{params['mlflow']['model_name']}' model with alias '{alias}' "
+                        "in the registry")
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=version.source,
+                                                         dst_path=tmp))
+        dest.mkdir(parents=True, exist_ok=True)
+        for item in (WEIGHTS, CONFIG):
+            shutil.copy(local / item, dest / item)
+    (dest / VERSION).write_text(json.dumps({"name": version.name, "version": version.version,
+                                            "alias": alias, "run_id": version.run_id}))
+    return version.version
+
+
 def load_registered(params: Params, alias: str) -> tuple[EvidentialSAGE, dict, str]:
     """The model a registry alias points at, with its calibration temperature."""
-    client = connect(params)
-    name = params["mlflow"]["model_name"]
-    try:
-        version = client.get_model_version_by_alias(name, alias)
-    except mlflow.exceptions.MlflowException:
-        raise CaloError(f"no '{name}' model with alias '{alias}' in the registry") from None
+    version = aliased_version(params, alias)
     with tempfile.TemporaryDirectory() as tmp:
-        local = mlflow.artifacts.download_artifacts(artifact_uri=version.source, dst_path=tmp)
-        model, config = load_model(Path(local))
+        fetch(params, alias, Path(tmp))
+        model, config = load_model(Path(tmp))
     config["temperature"] = float(version.tags.get("temperature", 1.0))
     return model, config, version.version
+
+
+def data_version(params: Params, device: str) -> dict[str, str]:
+    """Tags naming the records a model learned from: their content hash, and DVC's hash of them
+    as the last `dvc repro` recorded it in dvc.lock (when there is one)."""
+    store = params.records_dir(device)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in store.rglob("*") if p.is_file()) if store.is_dir() else []:
+        digest.update(path.relative_to(store).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    tags = {"data_sha256": digest.hexdigest()[:16]}
+    lock = Path("dvc.lock")
+    if lock.is_file():
+        stage = (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).get(
+            f"harvest@{device}", {})
+        for out in stage.get("outs", []):
+            if out.get("path") == store.as_posix() and out.get("md5"):
+                tags["dvc_md5"] = out["md5"]
+    return tags

@@ -65,7 +65,8 @@ def pretrain(params: Params) -> dict:
         out = params.model_dir(donor)
         registry.save_model(model, config, out)
         version = registry.register(params, out, alias="donor",
-                                    tags={"device": donor, "role": "donor", **metrics})
+                                    tags={"device": donor, "role": "donor",
+                                          **registry.data_version(params, donor), **metrics})
     summary = {"version": version, **metrics}
     get_logger().info(f"pretrain: registered version {version} as 'donor': {summary}")
     return summary

@@ -1,3 +1,4 @@
+import copy
 import json
 
 import numpy as np
@@ -6,6 +7,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from calo import registry
+from calo.config import Params
 from calo.dataset import load_graphs
 from calo.evaluation import predictive
 from tests.conftest import DONOR, TARGET
@@ -86,3 +88,23 @@ def test_sweep_trains_every_setting_as_an_mlflow_run_and_reports_the_best(params
     runs = client.search_runs([experiment.experiment_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(children) == 2 and all("val_nll" in r.data.metrics for r in children)
+
+
+def test_a_worse_challenger_is_registered_but_does_not_take_the_alias(params, calibrated):
+    from tasks.finetune import finetune
+
+    client = MlflowClient()
+    champion = client.get_model_version_by_alias("calo-gnn", TARGET)
+    assert champion.tags["promoted"] == "True" and "data_sha256" in champion.tags
+    weights = (params.model_dir(TARGET) / registry.WEIGHTS).read_bytes()
+    raw = copy.deepcopy(params.raw)
+    raw["finetune"].update({"lr": 50.0, "layers": "all"})  # a step size that wrecks the model
+    summary = finetune.fn(Params(raw=raw, path=params.path), TARGET)
+    assert summary["promoted"] is False and "not better than the champion" in summary["promotion"]
+    challenger = client.get_model_version("calo-gnn", summary["version"])
+    assert int(challenger.version) > int(champion.version)
+    assert challenger.tags["promoted"] == "False"
+    assert challenger.tags["promotion"] == summary["promotion"]
+    # the alias and the device's model directory still hold the champion
+    assert client.get_model_version_by_alias("calo-gnn", TARGET).version == champion.version
+    assert (params.model_dir(TARGET) / registry.WEIGHTS).read_bytes() == weights
