@@ -30,6 +30,8 @@ STAGES = """stages, in pipeline order:
   evaluate   Kendall tau, top-1/top-5, regret, ECE, NLL, RMSE of a model on any TVM database,
              beside TVM's XGBoost trained on the warm-up records (and on donor + warm-up)
   run        the per-device flow: warm-up harvest -> extract -> finetune -> calibrate -> tune
+  device     add a device (checked, recorded in params.yaml, deployed to a Prefect server with
+             its schedule), deploy an existing one, list devices with their current models
 """
 
 
@@ -220,6 +222,33 @@ def _cmd_evaluate(params: Params, args) -> Callable[[], dict]:
     return work
 
 
+def _cmd_device_add(params: Params, args) -> Callable[[], dict]:
+    from calo import fleet
+
+    entry = fleet.device_entry(args.target, args.runner, args.host, args.port, args.key,
+                               args.threads, args.count)
+    return lambda: fleet.add_device(params, args.name, entry, args.cron, args.pool)
+
+
+def _cmd_device_deploy(params: Params, args) -> Callable[[], dict]:
+    from calo import fleet
+
+    params.target_device(args.name)
+    return lambda: {"deployment": f"{fleet.DEVICE_FLOW}/{args.name}",
+                    "deployment_id": fleet.deploy(params, args.name, args.cron, args.pool)}
+
+
+def _cmd_device_list(params: Params, args) -> Callable[[], dict]:
+    from calo import fleet
+
+    def work() -> dict:
+        rows = fleet.list_devices(params)
+        print(fleet.format_devices(rows), file=sys.stderr)
+        return {"devices": rows}
+
+    return work
+
+
 def _cmd_run(params: Params, args) -> Callable[[], dict]:
     _check_device(params, args.device, target_only=True)
     _donor_available(params)
@@ -279,6 +308,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fine-tune on the first F of each workload's records, score the rest")
     p.add_argument("--json", help="write the full report (overall and per workload) here")
     add("run", _cmd_run, "per-device flow: warm-up harvest, fine-tune, calibrate, tune")
+
+    device = sub.add_parser("device", help="add, deploy and list devices",
+                            description="add, deploy and list devices")
+    dsub = device.add_subparsers(dest="action", required=True, metavar="ACTION")
+    schedule_args = argparse.ArgumentParser(add_help=False)
+    schedule_args.add_argument("--cron", help="schedule of the device's flow, e.g. '0 3 * * *'")
+    schedule_args.add_argument("--pool", default="calo", help="Prefect work pool (a process "
+                               "pool; created if missing)")
+    p = dsub.add_parser("add", parents=[schedule_args],
+                        help="check a new device, record it in params.yaml and create its "
+                        "scheduled Prefect deployment")
+    p.add_argument("name")
+    p.add_argument("--target", required=True, help="TVM target as JSON, e.g. "
+                   "'{\"kind\": \"llvm\", \"num-cores\": 4}'")
+    p.add_argument("--runner", default="local", help="local (this machine) or rpc (a tracker)")
+    p.add_argument("--host", help="RPC tracker host")
+    p.add_argument("--port", type=int, help="RPC tracker port")
+    p.add_argument("--key", help="RPC device key registered with the tracker")
+    p.add_argument("--threads", type=int, help="runtime threads of a local runner")
+    p.add_argument("--count", type=int, default=32, help="warm-up probes per workload")
+    p.set_defaults(handler=_cmd_device_add)
+    p = dsub.add_parser("deploy", help="create or update a device's Prefect deployment",
+                        parents=[schedule_args])
+    p.add_argument("name")
+    p.set_defaults(handler=_cmd_device_deploy)
+    p = dsub.add_parser("list", help="devices, their deployments and current models")
+    p.set_defaults(handler=_cmd_device_list)
     return parser
 
 
@@ -293,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calo: error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=1, default=str))
-    print(f"calo {args.command}: done in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    command = f"{args.command} {args.action}" if args.command == "device" else args.command
+    print(f"calo {command}: done in {time.monotonic() - start:.1f} s", file=sys.stderr)
     return 0
 
 

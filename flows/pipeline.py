@@ -71,12 +71,19 @@ def tune_flow(device: str, workloads: list[str] | None = None, params_path: str 
 
 
 @flow(name="device-run", flow_run_name="device-run-{device}")
-def device_flow(device: str, params_path: str = PARAMS) -> dict:
-    """A new device end to end: warm-up probes -> fine-tune -> calibrate -> tune."""
+def device_flow(device: str, params_path: str = PARAMS,
+                tune_workloads: list[str] | None = None) -> dict:
+    """A new device end to end: warm-up probes -> fine-tune -> calibrate -> tune.
+
+    tune_workloads: the workloads to tune (default: tune.workloads; an empty list skips tuning,
+    e.g. for a nightly model refresh).
+    """
     params = load_params(params_path)
     harvest(params, device)
     extract(params, device)
-    finetune(params, device)
+    model = finetune(params, device)
     calibration = calibrate(params, device)
-    reports = {name: tune(params, device, name) for name in params["tune"]["workloads"]}
-    return {"calibration": calibration, "tune": write_report(params, device, reports)}
+    names = params["tune"]["workloads"] if tune_workloads is None else tune_workloads
+    reports = {name: tune(params, device, name) for name in names}
+    return {"finetune": model, "calibration": calibration,
+            "tune": write_report(params, device, reports) if reports else None}

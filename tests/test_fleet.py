@@ -1,0 +1,153 @@
+"""Devices added from the command line, deployed to a real local Prefect server and run by a real
+process worker; bad input is refused before anything changes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from calo.cli import main
+from tests.conftest import TARGET
+
+BIN = Path(sys.executable).parent
+POOL = "calo-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"prefect server exited with {server.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError(f"prefect server at {url} not healthy after {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def prefect_api(tmp_path_factory):
+    """A Prefect server bound to 127.0.0.1 and a process worker on its pool, both real."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    base = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1"}
+    base.pop("PREFECT_API_URL", None)
+    logs = home / "server.log"
+    server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
+                               "--port", str(port)], env=base, stdout=open(logs, "w"),
+                              stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        _wait_healthy(url, server)
+        env = {**base, "PREFECT_API_URL": url}
+        subprocess.run([str(BIN / "prefect"), "work-pool", "create", POOL, "--type", "process"],
+                       env=env, check=True, capture_output=True)
+        worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", POOL],
+                                  env=env, stdout=open(home / "worker.log", "w"),
+                                  stderr=subprocess.STDOUT)
+        yield env
+    finally:
+        for proc in (worker, server):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def _calo(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "calo"), *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _run_deployment(name: str, env: dict, cwd: Path, parameters: dict | None = None) -> str:
+    code = ("import sys; from prefect.deployments import run_deployment; "
+            f"r = run_deployment({name!r}, parameters={parameters or {}!r}, timeout=900, "
+            "poll_interval=2); print(r.state.type.value)")
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=960)
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+
+
+def test_added_device_runs_through_a_prefect_server_and_worker_and_is_gated(
+        params, pretrained, prefect_api, tmp_path):
+    # A project directory of its own; the donor model comes from the shared registry.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.yaml").write_text(params.path.read_text())
+    env = {**prefect_api, "CALO_PARAMS": str(project / "params.yaml")}
+    device = "new-cpu"
+    added = _calo(["device", "add", device, "--target", '{"kind": "llvm", "num-cores": 1}',
+                   "--threads", "1", "--count", "14", "--cron", "0 3 * * *", "--pool", POOL],
+                  env, project)
+    assert added.returncode == 0, added.stderr[-2000:]
+    result = json.loads(added.stdout)
+    assert result["deployment"] == f"device-run/{device}" and result["schedule"] == "0 3 * * *"
+    recorded = yaml.safe_load((project / "params.yaml").read_text())
+    assert device in recorded["targets"] and recorded["devices"][device]["target"]["kind"] == "llvm"
+
+    # Tuning is covered by the pipeline's own tests; here the flow refreshes the model only.
+    no_tuning = {"tune_workloads": []}
+    assert _run_deployment(f"device-run/{device}", env, project, no_tuning) == "COMPLETED"
+    client = MlflowClient()
+    first = client.get_model_version_by_alias("calo-gnn", device)
+    assert first.tags["device"] == device and first.tags["promoted"] == "True"
+    assert "temperature" in first.tags  # calibrate ran in the deployment too
+
+    # The same deployment with parameters that wreck the fine-tune: registered, not promoted.
+    worse = copy.deepcopy(recorded)
+    worse["finetune"].update({"lr": 50.0, "layers": "all"})
+    (project / "worse.yaml").write_text(yaml.safe_dump(worse, sort_keys=False))
+    assert _run_deployment(f"device-run/{device}", env, project,
+                           {**no_tuning, "params_path": str(project / "worse.yaml")}
+                           ) == "COMPLETED"
+    versions = client.search_model_versions(f"name = 'calo-gnn' and tag.device = '{device}'")
+    newest = max(versions, key=lambda v: int(v.version))
+    assert int(newest.version) > int(first.version)
+    assert newest.tags["promoted"] == "False"
+    assert client.get_model_version_by_alias("calo-gnn", device).version == first.version
+
+    listed = _calo(["device", "list"], env, project)
+    row = next(r for r in json.loads(listed.stdout)["devices"] if r["device"] == device)
+    assert row["deployment"]["schedule"] == "0 3 * * *"
+    assert row["model"]["version"] == first.version
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target", '{"kind": "llvm"'], "target is not valid JSON"),
+    (["--target", '{"kind": "tpu"}'], "unknown target kind 'tpu'"),
+    (["--target", '{"kind": "llvm"}', "--runner", "rpc", "--host", "127.0.0.1", "--port", "1",
+      "--key", "board"], "RPC tracker 127.0.0.1:1 unreachable"),
+    (["--target", '{"kind": "llvm"}', "--runner", "rpc"], "--runner rpc needs --host"),
+    (["--target", '{"kind": "llvm"}', "--cron", "every day"], "is not a cron schedule"),
+])
+def test_bad_device_input_is_one_line_and_changes_nothing(params, capsys, args, message):
+    before = params.path.read_bytes()
+    assert main(["device", "add", "bad-device", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert params.path.read_bytes() == before
+
+
+def test_an_existing_device_name_is_refused(params, capsys):
+    assert main(["device", "add", TARGET, "--target", '{"kind": "llvm"}']) == 2
+    assert f"device '{TARGET}' already exists" in capsys.readouterr().err
