@@ -24,3 +24,18 @@ def reliability_diagram(path: Path, levels, curves: dict[str, list[float]], titl
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def best_so_far(path: Path, curves: dict[str, list[float]], title: str,
+                ylabel: str = "best latency so far (us)") -> Path:
+    """Best-so-far latency against measured trials, one line per tuning run."""
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for label, curve in curves.items():
+        ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1.2)
+    ax.set(xlabel="measured trials", ylabel=ylabel, title=title, yscale="log")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

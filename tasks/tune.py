@@ -13,11 +13,12 @@ import math
 import shutil
 import time
 
+import mlflow
 from prefect import task
 from prefect.cache_policies import NONE
 from tvm.s_tir import meta_schedule as ms
 
-from calo import registry
+from calo import plots, registry
 from calo.config import CaloError, Params
 from calo.costmodel import CaloCostModel
 from calo.devices import make_target, preload_tensor_intrinsics
@@ -114,6 +115,7 @@ def tune(params: Params, device_name: str, workload_name: str) -> dict:
             "trials_to_quality": trials_to_quality(run["curve"], target),
             "trials": run["trials"],
             "wall_s": run["wall_s"],
+            "curve_us": [c * 1e6 if math.isfinite(c) else None for c in run["curve"]],
         }
     # A run that never came within quality_eps counts as needing one trial more than the budget:
     # a lower bound, flagged as censored, so a miss is never dropped from the comparison.
@@ -147,4 +149,19 @@ def write_report(params: Params, device_name: str, reports: dict[str, dict]) -> 
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"summary": summary, "workloads": merged}, indent=1))
+    curves = {f"{w} {m}": [c for c in r[m].get("curve_us", []) if c is not None]
+              for w, r in merged.items() for m in MODELS}
+    png = plots.best_so_far(path.with_name(f"{device_name}-curves.png"), curves,
+                            f"tuning on {device_name}: CALO-GNN vs XGBoost")
+    rows = path.with_name(f"{device_name}-curves.json")
+    rows.write_text(json.dumps([{"trial": i + 1, "run": label, "best_us": c}
+                                for label, curve in curves.items()
+                                for i, c in enumerate(curve)], indent=0))
+    with registry.start_run(params, "tune", f"tune-{device_name}"):
+        mlflow.log_params({"device": device_name, "workloads": ",".join(sorted(merged)),
+                           **{k: params["tune"][k] for k in ("max_trials", "trials_per_iter",
+                                                             "kappa_c", "kappa_offset")}})
+        mlflow.log_metrics({k: float(v) for k, v in summary.items()})
+        for artifact in (path, png, rows):
+            mlflow.log_artifact(str(artifact))
     return summary

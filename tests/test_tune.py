@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 import tvm
+from mlflow.tracking import MlflowClient
 from tvm.s_tir import meta_schedule as ms
 
 from calo.records import iter_records
@@ -24,6 +25,15 @@ def test_tune_compares_both_models_on_the_same_budget(params, tuned):
     assert report[winner]["trials_to_quality"] is not None
     metrics = json.loads(params.metrics_path("tune", TARGET).read_text())
     assert metrics["workloads"]["mm-64"]["calo"]["trials"] == 8
+    # best-so-far curves: a DVC plot, and with the report an artifact of a calo-tune run
+    path = params.metrics_path("tune", TARGET)
+    rows = json.loads(path.with_name(f"{TARGET}-curves.json").read_text())
+    assert {r["run"] for r in rows} == {"mm-64 calo", "mm-64 xgb"}
+    assert max(r["trial"] for r in rows) == 8
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("calo-tune").experiment_id])
+    logged = {a.path for a in client.list_artifacts(runs[0].info.run_id)}
+    assert {f"{TARGET}.json", f"{TARGET}-curves.png", f"{TARGET}-curves.json"} <= logged
 
 
 def test_quality_helpers():
