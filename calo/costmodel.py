@@ -16,11 +16,11 @@ from torch_geometric.loader import DataLoader
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-from calo.dataset import to_data
+from calo.dataset import collate, to_data
 from calo.graphs import of_candidate
 from calo.records import latency_of
+from calo.schedule_graph import ScheduleGraph
 from models.evidential import EvidentialSAGE, cost_loss
-from models.training import predict
 
 
 @derived_object
@@ -78,10 +78,15 @@ class CaloCostModel(PyCostModel):
                     break
         self.model.eval()
 
+    def featurize(self, candidates) -> list[ScheduleGraph]:
+        return [of_candidate(self.graph_kind, c) for c in candidates]
+
+    @torch.inference_mode()
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates:
             return np.zeros(0, dtype=np.float64)
-        d = predict(self.model, [to_data(of_candidate(self.graph_kind, c)) for c in candidates])
+        self.model.eval()
+        d = self.model.to_log_latency(self.model(*collate(self.featurize(candidates))))
         d = d.scaled(self.temperature)
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
         return np.exp(-(bound - bound.min()))

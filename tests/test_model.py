@@ -107,3 +107,28 @@ def test_every_model_variant_trains_on_measured_graphs(params, extracted, varian
 def test_unknown_variant_is_refused():
     with pytest.raises(ValueError, match="unknown variant"):
         EvidentialSAGE(4, 2, encoder="gat")
+
+
+def test_fast_collation_matches_pyg_batching():
+    from torch_geometric.data import Batch
+
+    from calo.dataset import collate, to_data
+    from calo.schedule_graph import ScheduleGraph
+
+    rng = np.random.default_rng(0)
+    graphs = []
+    for nodes, edges in ((3, 2), (5, 7), (1, 0), (4, 4)):
+        graphs.append(ScheduleGraph(
+            x=rng.standard_normal((nodes, 6)).astype(np.float32),
+            edge_index=rng.integers(0, nodes, (2, edges)).astype(np.int64),
+            edge_type=rng.integers(0, 4, edges).astype(np.int64)))
+    x, edge_index, edge_type, batch, num_graphs = collate(graphs)
+    ref = Batch.from_data_list([to_data(g) for g in graphs])
+    assert torch.equal(x, ref.x) and torch.equal(edge_index, ref.edge_index)
+    assert torch.equal(edge_type, ref.edge_type) and torch.equal(batch, ref.batch)
+    assert num_graphs == ref.num_graphs
+    torch.manual_seed(0)
+    model = EvidentialSAGE(6, 4, hidden=8, layers=2).eval()
+    fast = model(x, edge_index, edge_type, batch, num_graphs)
+    slow = model(ref.x, ref.edge_index, ref.edge_type, ref.batch, ref.num_graphs)
+    assert torch.allclose(fast.gamma, slow.gamma) and torch.allclose(fast.beta, slow.beta)

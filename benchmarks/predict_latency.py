@@ -1,0 +1,127 @@
+"""Cost-model prediction latency inside the search: CALO-GNN's predict vs TVM's XGBModel.predict.
+
+Both score the same populations of 512 Meta-Schedule candidates of one task (random samples of
+its design space, post-processed as the search sees them), featurization included: what one
+generation of the evolutionary search costs. Every repetition uses a fresh population, so no
+cache of earlier candidates helps either model. XGBModel is trained on the task's measured
+records from benchmarks/data (it predicts at random until trained); our model's weights do not
+change its cost. Run from the repository root:
+
+    python benchmarks/predict_latency.py [--workload gelu-mlp] [--population 512] [--repeat 7]
+
+Prints both medians, their ratio and CALO's breakdown (graph extraction vs batching + forward),
+and writes benchmarks/results/predict_latency.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from calo.devices import preload_tensor_intrinsics
+
+preload_tensor_intrinsics()  # once, outside any timing
+
+import torch  # noqa: E402
+from tvm.s_tir import meta_schedule as ms  # noqa: E402
+
+from calo import records, registry  # noqa: E402
+from calo.config import load_params  # noqa: E402
+from calo.costmodel import CaloCostModel  # noqa: E402
+from calo.devices import make_target  # noqa: E402
+from calo.workloads import create_mod  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+POOL = ROOT / "data" / "suite-cpu-host.tar.gz"
+
+
+def populations(ctx: ms.TuneContext, size: int, count: int) -> list[list]:
+    """`count` populations of `size` random candidates (post-processed), sampled up front."""
+    ctx.pre_tuning(max_trials=size * count, num_trials_per_iter=size,
+                   design_spaces=ctx.generate_design_space(), database=ms.database.MemoryDatabase(),
+                   cost_model=None)
+    out = []
+    while len(out) < count and (batch := ctx.generate_measure_candidates()):
+        out.append(list(batch))
+    ctx.post_tuning()
+    if len(out) < count:
+        raise SystemExit(f"the design space gave {len(out)} populations of {size}, not {count}")
+    return out
+
+
+def time_ms(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="gelu-mlp")
+    parser.add_argument("--population", type=int, default=512)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "predict_latency.json")
+    args = parser.parse_args()
+    params = load_params(Path("params.yaml").resolve())
+    device = params.device(params.donor)
+    target = make_target(device)
+    mod = create_mod(params.workload(args.workload))
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy="replay-trace", task_name=args.workload, rand_state=0,
+                         num_threads=os.cpu_count() or 1)
+    pops = populations(ctx, args.population, args.repeat + 1)   # +1: warm-up call, untimed
+
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(POOL) as tar:
+        tar.extractall(tmp, filter="data")
+        measured = [r for r in records.iter_records(Path(tmp) / "cpu-host")
+                    if r.workload_name == args.workload and r.latency is not None]
+    xgb = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**6,
+                                 num_tuning_cores=os.cpu_count() or 1)
+    xgb.update(ctx, [r.record.as_measure_candidate() for r in measured],
+               [ms.runner.RunnerResult(r.record.run_secs, None) for r in measured])
+    model, config = registry.new_model(params)
+    cfg = params["tune"]
+    calo = CaloCostModel(model.eval(), 1.0, graph_kind=config["graph"], kappa_c=cfg["kappa_c"],
+                         kappa_offset=cfg["kappa_offset"], update_steps=0, update_lr=0.0,
+                         lam=params["train"]["lam"])
+
+    calo.predict(ctx, pops[0])  # first calls pay one-time costs (allocations, lazy imports)
+    xgb.predict(ctx, pops[0])
+    times: dict[str, list[float]] = {"calo": [], "calo_featurize": [], "xgb": []}
+    for pop in pops[1:]:
+        times["calo"].append(time_ms(lambda pop=pop: calo.predict(ctx, pop)))
+        times["calo_featurize"].append(time_ms(lambda pop=pop: calo.featurize(pop)))
+        times["xgb"].append(time_ms(lambda pop=pop: xgb.predict(ctx, pop)))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "workload": args.workload, "population": args.population, "repeat": args.repeat,
+        "graph_kind": config["graph"], "torch_threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+        "xgb_trained_on": len(measured),
+        "calo": {"median_ms": med["calo"], "featurize_median_ms": med["calo_featurize"],
+                 "times_ms": times["calo"]},
+        "xgb": {"median_ms": med["xgb"], "times_ms": times["xgb"]},
+        "ratio_calo_vs_xgb": med["calo"] / med["xgb"],
+        "budget_ms": 20.0,
+    }
+    print(f"{args.population} candidates of {args.workload}, median of {args.repeat} fresh "
+          f"populations on {os.cpu_count()} CPU cores:")
+    print(f"  calo  {med['calo']:8.1f} ms  (graph extraction {med['calo_featurize']:.1f} ms, "
+          f"batching + forward {med['calo'] - med['calo_featurize']:.1f} ms)")
+    print(f"  xgb   {med['xgb']:8.1f} ms")
+    print(f"  ratio calo / xgb = {result['ratio_calo_vs_xgb']:.2f}; budget 20 ms: "
+          f"{'met' if med['calo'] <= 20 else 'missed by %.1f ms' % (med['calo'] - 20)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
