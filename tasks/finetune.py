@@ -77,7 +77,8 @@ def finetune(params: Params, device_name: str) -> dict:
     log = get_logger()
     with registry.start_run(params, "finetune", f"finetune-{device_name}"):
         before = evaluate(model, val, levels)
-        result = adapt(params, model, train.graphs, val.graphs, log_epoch("finetune"))
+        result = adapt(params, model, train.graphs, val.graphs,
+                       log_epoch("finetune", params["finetune"]["epochs"]))
         mlflow.log_params({**result["config"], "layers": params["finetune"]["layers"],
                            "device": device_name, "donor": params.donor,
                            "warmup_graphs": len(train)})

@@ -11,7 +11,7 @@ from calo import registry
 from calo.config import CaloError, Params
 from calo.dataset import load_graphs
 from calo.evaluation import evaluate
-from calo.log import get_logger
+from calo.log import Progress, get_logger
 from models.training import fit
 
 
@@ -20,12 +20,14 @@ def train_kwargs(train_cfg: dict) -> dict:
                                       "warmup_epochs", "patience", "rank_weight", "seed")}
 
 
-def log_epoch(stage: str):
-    log = get_logger()
+def log_epoch(stage: str, max_epochs: int):
+    """Per-epoch MLflow metrics and a progress line (epochs done, rate, ETA at the epoch cap;
+    early stopping may end sooner)."""
+    progress = Progress(stage, max_epochs, "epochs", every=0)
 
     def on_epoch(epoch: int, train_loss: float, val_nll: float) -> None:
         mlflow.log_metrics({"train_loss": train_loss, "val_nll": val_nll}, step=epoch)
-        log.info(f"{stage} epoch {epoch + 1}: train loss {train_loss:.4f}, val NLL {val_nll:.4f}")
+        progress.advance(note=f"train loss {train_loss:.4f}, val NLL {val_nll:.4f}")
 
     return on_epoch
 
@@ -60,7 +62,7 @@ def pretrain(params: Params) -> dict:
         mlflow.log_params({**cfg, **params["model"], "donor": donor, "train_graphs": len(train),
                            "val_graphs": len(val)})
         model, config, metrics = train_on_donor(params, train, val, test, cfg,
-                                                log_epoch("pretrain"))
+                                                log_epoch("pretrain", cfg["max_epochs"]))
         mlflow.log_metrics(metrics)
         out = params.model_dir(donor)
         registry.save_model(model, config, out)
