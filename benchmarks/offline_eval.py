@@ -127,6 +127,9 @@ def main() -> None:
     report["splits"][name] = result
     print(f"\n== {name}\n{format_table(result)}")
 
+    for result in report["splits"].values():  # names, not this run's temporary paths
+        result["records"] = Path(result["records"]).name
+        result["model"] = Path(result["model"]).name
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=float))
     print(f"\nwrote {args.out}")
