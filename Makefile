@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/dvc repro
+	$(BIN)/dvc repro dvc.yaml
 	$(BIN)/dvc metrics show
 
 test: setup

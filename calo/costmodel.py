@@ -53,10 +53,10 @@ class CaloCostModel(PyCostModel):
 
     def update(self, context, candidates, results) -> None:
         """Learn from the round's measurements with a bounded number of gradient steps."""
-        for cand, res in zip(candidates, results):
-            secs = latency_of(res) if res.error_msg is None else None
-            if secs is not None:
-                self.measured.append(to_data(of_candidate(self.graph_kind, cand), math.log(secs)))
+        ok = [(cand, latency_of(res)) for cand, res in zip(candidates, results)
+              if res.error_msg is None and latency_of(res) is not None]
+        graphs = self.featurize([cand for cand, _ in ok])
+        self.measured += [to_data(g, math.log(secs)) for g, (_, secs) in zip(graphs, ok)]
         self.round += 1
         if not self.measured or self.update_steps <= 0:
             return

@@ -12,6 +12,7 @@ import logging
 import math
 import shutil
 import time
+from pathlib import Path
 
 import mlflow
 from prefect import task
@@ -71,9 +72,10 @@ def _reset_tvm_logging() -> None:
 
 
 def run_tuner(params: Params, device_name: str, workload_name: str, which: str,
-              cost_model) -> dict:
+              cost_model, work_dir: Path | None = None) -> dict:
+    """One tune_tir run into a fresh database (default: the tune stage's directory)."""
     device, cfg = params.device(device_name), params["tune"]
-    work_dir = params.tune_dir(device_name) / workload_name / which
+    work_dir = work_dir or params.tune_dir(device_name) / workload_name / which
     shutil.rmtree(work_dir, ignore_errors=True)  # a run is one fresh database, never a mix
     work_dir.mkdir(parents=True)
     _reset_tvm_logging()

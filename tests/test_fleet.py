@@ -71,7 +71,11 @@ def prefect_api(tmp_path_factory):
         for proc in (worker, server):
             if proc is not None:
                 proc.terminate()
-                proc.wait(timeout=30)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:  # a worker waits for its flow runs' processes
+                    proc.kill()
+                    proc.wait(timeout=15)
 
 
 def _calo(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ def prefect_server():
         yield
 
 
-def test_device_flow_runs_every_stage_and_moves_the_alias(params, calibrated, prefect_server):
+def test_device_flow_runs_every_stage_and_gates_the_alias(params, calibrated, prefect_server):
     from flows.pipeline import device_flow
 
     client = MlflowClient()
@@ -23,8 +23,10 @@ def test_device_flow_runs_every_stage_and_moves_the_alias(params, calibrated, pr
     state = device_flow(TARGET, params_path=str(params.path), return_state=True)
     assert state.is_completed(), state
     result = state.result()
-    assert set(result) == {"calibration", "tune"}
+    assert set(result) == {"finetune", "calibration", "tune"}
+    new = int(result["finetune"]["version"])
+    assert new > before  # every run registers a version...
     after = int(client.get_model_version_by_alias("calo-gnn", TARGET).version)
-    assert after > before
+    assert after == (new if result["finetune"]["promoted"] else before)  # ...the gate decides
     report = json.loads(params.metrics_path("tune", TARGET).read_text())
     assert set(report["workloads"]["mm-64"]) >= {"calo", "xgb"}

@@ -1,0 +1,282 @@
+"""Time-to-quality: measurements until the best kernel found is within 5% of the oracle.
+
+Two modes, both comparing CALO-GNN (UEC-UCB, kappa_t = c / sqrt(t + offset)) with TVM's
+XGBModel, as tune_tir configures it by default:
+
+  replay  on measured pools (a TVM database per device, >= --min-pool records per workload): each
+          round the cost model scores every unmeasured candidate of the pool, the best-scored
+          batch is "measured" (its stored latency revealed) and fed back to the model. Fast and
+          deterministic, so many seeds and the ablations are affordable. The oracle is the pool's
+          best latency.
+  live    real tune_tir runs with each cost model, same budget and seed; the oracle is the best
+          latency any run found.
+
+TTQ counts measured trials; a run that never gets within 5% counts as budget + 1 (censored). The
+report gives the geo-mean of per-workload TTQ ratios (ours / XGBoost), per-workload means, wins
+and Welch's t-test over seeds, and the ablations (replay): constant kappa, deterministic head,
+zero-shot (no online updates), no calibration (temperature 1). Run from the repository root:
+
+    python benchmarks/ttq.py --mode replay --pool DIR_OR_TAR [--seeds 10] [--budget 256]
+    python benchmarks/ttq.py --mode live [--workload W ...] [--seeds 3] [--budget 64]
+
+Writes benchmarks/results/ttq_<mode>.json and ttq_<mode>.png (best-so-far latency / oracle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from calo.devices import preload_tensor_intrinsics
+
+preload_tensor_intrinsics()  # once, outside any timing
+
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+from tvm.s_tir import meta_schedule as ms  # noqa: E402
+
+from calo import plots, records, registry  # noqa: E402
+from calo.config import Params, load_params  # noqa: E402
+from calo.costmodel import CaloCostModel  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from offline_eval import POOLS, train_donor, with_overrides  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+QUALITY = 0.05
+
+
+class CachedCalo(CaloCostModel):
+    """Replay scores the same pool candidates every round: their graphs are built once."""
+
+    def featurize(self, candidates):
+        cache = self.__dict__.setdefault("graph_cache", {})
+        missing = [c for c in candidates if id(c) not in cache]
+        for cand, graph in zip(missing, super().featurize(missing)):
+            cache[id(cand)] = graph
+        return [cache[id(c)] for c in candidates]
+
+
+def ttq(curve: list[float], oracle: float, budget: int) -> int:
+    target = oracle * (1 + QUALITY)
+    return next((i + 1 for i, best in enumerate(curve) if best <= target), budget + 1)
+
+
+def replay_run(model, cands: list, latencies: np.ndarray, ctx, seed: int, batch: int,
+               budget: int) -> tuple[list[float], float]:
+    """Best-so-far latency per measured trial, and the cost model's total predict+update time."""
+    rng = np.random.default_rng(seed)
+    tie = rng.permutation(len(cands))  # random order among equal scores (an untrained model)
+    unmeasured, curve, best, spent = set(range(len(cands))), [], math.inf, 0.0
+    while unmeasured and len(curve) < budget:
+        idx = np.array(sorted(unmeasured))
+        start = time.perf_counter()
+        scores = np.asarray(model.predict(ctx, [cands[i] for i in idx]), dtype=np.float64)
+        spent += time.perf_counter() - start
+        order = np.lexsort((tie[idx], -scores))  # highest score first, ties by the seed
+        picked = idx[order[: min(batch, budget - len(curve))]]
+        results = [ms.runner.RunnerResult([float(latencies[i])], None) for i in picked]
+        start = time.perf_counter()
+        model.update(ctx, [cands[i] for i in picked], results)
+        spent += time.perf_counter() - start
+        for i in picked:
+            unmeasured.discard(int(i))
+            best = min(best, float(latencies[i]))
+            curve.append(best)
+    return curve, spent
+
+
+def load_pool(path: Path, min_pool: int) -> tuple[dict[str, list], Path]:
+    if path.is_file():
+        tmp = Path(tempfile.mkdtemp(prefix="calo-ttq-pool-"))
+        with tarfile.open(path) as tar:
+            tar.extractall(tmp, filter="data")
+        path = next(p.parent for p in tmp.rglob(records.RECORD_FILE))
+    pool: dict[str, list] = {}
+    for rec in records.iter_records(path):
+        if rec.latency is not None:
+            pool.setdefault(rec.workload_name, []).append(rec)
+    small = {w: len(r) for w, r in pool.items() if len(r) < min_pool}
+    for name in small:
+        del pool[name]
+    if not pool:
+        raise SystemExit(f"no workload in {path} has {min_pool} or more measured records "
+                         f"(largest: {max(small.values(), default=0)}); harvest a pool with "
+                         "`calo harvest --device D --workload W --count N`, or lower --min-pool")
+    return pool, path
+
+
+def calo_models(params: Params, work: Path) -> dict[str, tuple]:
+    """Donor models trained on the committed cpu-host suite pool: default and deterministic."""
+    os.chdir(work)
+    with tarfile.open(POOLS["cpu-host"]) as tar:
+        tar.extractall(work / "data" / "records", filter="data")
+    out = {}
+    for name, sets in (("evidential", []), ("deterministic", ["model.head=deterministic"])):
+        donor = with_overrides(params, "cpu-host", sets)
+        info = train_donor(donor, work / "models" / name)
+        model, config = registry.load_model(work / "models" / name)
+        out[name] = (model, config, info["temperature"])
+    return out
+
+
+def make_calo(params: Params, donor: tuple, **overrides) -> CachedCalo:
+    model, config, tau = donor
+    cfg = {**params["tune"], **overrides}
+    return CachedCalo(copy.deepcopy(model), cfg.get("temperature", tau),
+                      graph_kind=registry.graph_kind(config), kappa_c=cfg["kappa_c"],
+                      kappa_offset=cfg["kappa_offset"], update_steps=cfg["update_steps"],
+                      update_lr=cfg["update_lr"], lam=params["train"]["lam"],
+                      constant_kappa=cfg.get("constant_kappa"), seed=cfg["seed"])
+
+
+def summarize(ttqs: dict[str, dict[str, list[int]]], baseline: str = "xgb") -> dict:
+    """Per workload: mean TTQ per method, ratio to XGBoost, Welch's t-test of ours vs it."""
+    per_workload, ratios = {}, {}
+    for workload, by_method in ttqs.items():
+        row = {m: {"mean_ttq": float(np.mean(v)), "ttq": v} for m, v in by_method.items()}
+        base = row[baseline]["mean_ttq"]
+        for method, values in by_method.items():
+            if method == baseline:
+                continue
+            row[method]["ratio_vs_xgb"] = row[method]["mean_ttq"] / base
+            ratios.setdefault(method, []).append(row[method]["ratio_vs_xgb"])
+            same = np.allclose(values, by_method[baseline]) or np.std(values) + np.std(
+                by_method[baseline]) == 0
+            row[method]["welch_p"] = 1.0 if same else float(
+                stats.ttest_ind(values, by_method[baseline], equal_var=False).pvalue)
+        per_workload[workload] = row
+    geomean = {m: float(math.exp(np.mean(np.log(r)))) for m, r in ratios.items()}
+    return {"per_workload": per_workload, "geomean_ratio_vs_xgb": geomean}
+
+
+def run_replay(args, params: Params, work: Path) -> dict:
+    pool, path = load_pool(args.pool, args.min_pool)
+    donors = calo_models(params, work)
+    target = records.iter_records(path)  # the pool's target, for the tuning context
+    target = next(target).record.target
+    variants = {
+        "calo": lambda: make_calo(params, donors["evidential"]),
+        **{f"kappa={k:g}": (lambda k=k: make_calo(params, donors["evidential"],
+                                                  constant_kappa=k)) for k in args.kappas},
+        "deterministic": lambda: make_calo(params, donors["deterministic"]),
+        "zero-shot": lambda: make_calo(params, donors["evidential"], update_steps=0),
+        "no-calibration": lambda: make_calo(params, donors["evidential"], temperature=1.0),
+        "xgb": lambda: ms.cost_model.XGBModel(num_tuning_cores=os.cpu_count() or 1),
+    }
+    ttqs: dict[str, dict[str, list[int]]] = {}
+    curves: dict[str, list[float]] = {}
+    timing: dict[str, float] = {}
+    for workload, recs in pool.items():
+        cands = [r.record.as_measure_candidate() for r in recs]
+        latencies = np.array([r.latency for r in recs])
+        oracle = float(latencies.min())
+        ctx = ms.TuneContext(mod=recs[0].record.workload.mod, target=target,
+                             task_name=workload)
+        ttqs[workload] = {}
+        for method, build in variants.items():
+            values, mean_curve = [], np.zeros(args.budget)
+            for seed in range(args.seeds):
+                curve, spent = replay_run(build(), cands, latencies, ctx, seed, args.batch,
+                                          args.budget)
+                curve = curve + [curve[-1]] * (args.budget - len(curve))
+                values.append(ttq(curve, oracle, args.budget))
+                mean_curve += np.array(curve) / oracle / args.seeds
+                timing[method] = timing.get(method, 0.0) + spent
+            ttqs[workload][method] = values
+            if method in ("calo", "xgb"):
+                curves[f"{workload} {method}"] = mean_curve.tolist()
+            print(f"{workload:<24}{method:<16} mean TTQ {np.mean(values):7.1f} trials "
+                  f"(seeds: {values})", flush=True)
+    report = summarize(ttqs)
+    main_methods = {"calo", "xgb"}
+    return {
+        "mode": "replay", "pool": str(args.pool), "pool_sizes": {w: len(r) for w, r in
+                                                              pool.items()},
+        "seeds": args.seeds, "budget": args.budget, "batch": args.batch,
+        "geomean_ttq_ratio": report["geomean_ratio_vs_xgb"]["calo"],
+        "per_workload": {w: {m: v for m, v in row.items() if m in main_methods}
+                         for w, row in report["per_workload"].items()},
+        "ablations": {m: r for m, r in report["geomean_ratio_vs_xgb"].items() if m != "calo"},
+        "ablations_per_workload": {w: {m: v for m, v in row.items() if m not in main_methods}
+                                   for w, row in report["per_workload"].items()},
+        "model_seconds": timing, "curves": curves,
+    }
+
+
+def run_live(args, params: Params, work: Path) -> dict:
+    from tasks.tune import load_tuning_model, run_tuner
+
+    raw = copy.deepcopy(params.raw)
+    raw["tune"]["max_trials"] = args.budget
+    device = params.targets[0]
+    ttqs: dict[str, dict[str, list[int]]] = {}
+    curves: dict[str, list[float]] = {}
+    for workload in args.workload or params["tune"]["workloads"]:
+        runs: dict[str, list[list[float]]] = {"calo": [], "xgb": []}
+        for seed in range(args.seeds):
+            raw["tune"]["seed"] = seed
+            seeded = Params(raw=copy.deepcopy(raw), path=params.path)
+            for method in runs:
+                model = load_tuning_model(seeded, device) if method == "calo" else "xgb"
+                run = run_tuner(seeded, device, workload, method, model,
+                                work / workload / f"{method}-{seed}")
+                runs[method].append(run["curve"] + [run["curve"][-1]] * (
+                    args.budget - len(run["curve"])))
+        oracle = min(min(c) for rs in runs.values() for c in rs)
+        ttqs[workload] = {m: [ttq(c, oracle, args.budget) for c in rs] for m, rs in runs.items()}
+        for method, rs in runs.items():
+            curves[f"{workload} {method}"] = (np.mean(rs, axis=0) / oracle).tolist()
+            print(f"{workload:<24}{method:<8} TTQ {ttqs[workload][method]}", flush=True)
+    report = summarize(ttqs)
+    return {"mode": "live", "device": device, "seeds": args.seeds, "budget": args.budget,
+            "geomean_ttq_ratio": report["geomean_ratio_vs_xgb"]["calo"],
+            "per_workload": report["per_workload"], "ablations": {}, "curves": curves}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("replay", "live"), required=True)
+    parser.add_argument("--pool", type=Path, help="replay: TVM database dir or .tar.gz")
+    parser.add_argument("--min-pool", type=int, default=1000)
+    parser.add_argument("--workload", action="append", help="live: workloads (default "
+                        "tune.workloads)")
+    parser.add_argument("--seeds", type=int, default=None, help="10 replay, 3 live")
+    parser.add_argument("--budget", type=int, default=None, help="trials: 256 replay, 64 live")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--kappas", type=float, nargs="*", default=[0.5, 1.0, 2.0, 4.0])
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "results")
+    args = parser.parse_args()
+    args.seeds = args.seeds or (10 if args.mode == "replay" else 3)
+    args.budget = args.budget or (256 if args.mode == "replay" else 64)
+    if args.mode == "replay" and args.pool is None:
+        parser.error("--mode replay needs --pool")
+    args.out_dir = args.out_dir.resolve()
+    if args.pool is not None:
+        args.pool = args.pool.resolve()
+    params = load_params(Path("params.yaml").resolve())
+    work = Path(tempfile.mkdtemp(prefix="calo-ttq-"))
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
+    report = (run_replay if args.mode == "replay" else run_live)(args, params, work)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    png = plots.best_so_far(args.out_dir / f"ttq_{args.mode}.png", report.pop("curves"),
+                            f"TTQ {args.mode}: mean best-so-far / oracle",
+                            ylabel="best latency so far / oracle")
+    out = args.out_dir / f"ttq_{args.mode}.json"
+    out.write_text(json.dumps(report, indent=1))
+    print(f"\ngeo-mean TTQ ratio (CALO / XGBoost): {report['geomean_ttq_ratio']:.3f}")
+    for name, ratio in report["ablations"].items():
+        print(f"  ablation {name:<16} geo-mean ratio vs XGBoost {ratio:.3f}")
+    print(f"wrote {out} and {png}")
+
+
+if __name__ == "__main__":
+    main()
