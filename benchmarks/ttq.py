@@ -100,7 +100,7 @@ def replay_run(model, cands: list, latencies: np.ndarray, ctx, seed: int, batch:
     return curve, spent
 
 
-def load_pool(path: Path, min_pool: int) -> tuple[dict[str, list], Path]:
+def load_pool(path: Path, min_pool: int) -> dict[str, list]:
     if path.is_file():
         tmp = Path(tempfile.mkdtemp(prefix="calo-ttq-pool-"))
         with tarfile.open(path) as tar:
@@ -117,7 +117,7 @@ def load_pool(path: Path, min_pool: int) -> tuple[dict[str, list], Path]:
         raise SystemExit(f"no workload in {path} has {min_pool} or more measured records "
                          f"(largest: {max(small.values(), default=0)}); harvest a pool with "
                          "`calo harvest --device D --workload W --count N`, or lower --min-pool")
-    return pool, path
+    return pool
 
 
 def calo_models(params: Params, work: Path) -> dict[str, tuple]:
@@ -165,10 +165,9 @@ def summarize(ttqs: dict[str, dict[str, list[int]]], baseline: str = "xgb") -> d
 
 
 def run_replay(args, params: Params, work: Path) -> dict:
-    pool, path = load_pool(args.pool, args.min_pool)
+    pool = load_pool(args.pool, args.min_pool)
     donors = calo_models(params, work)
-    target = records.iter_records(path)  # the pool's target, for the tuning context
-    target = next(target).record.target
+    target = next(iter(pool.values()))[0].record.target  # the pool's, for the tuning context
     # Each builder takes the run's seed: it orders ties, and our online updates' batches.
     variants = {
         "calo": lambda s: make_calo(params, donors["evidential"], seed=s),

@@ -53,8 +53,8 @@ class CaloCostModel(PyCostModel):
 
     def update(self, context, candidates, results) -> None:
         """Learn from the round's measurements with a bounded number of gradient steps."""
-        ok = [(cand, latency_of(res)) for cand, res in zip(candidates, results)
-              if res.error_msg is None and latency_of(res) is not None]
+        secs = [latency_of(res) if res.error_msg is None else None for res in results]
+        ok = [(cand, s) for cand, s in zip(candidates, secs) if s is not None]
         graphs = self.featurize([cand for cand, _ in ok])
         self.measured += [to_data(g, math.log(secs)) for g, (_, secs) in zip(graphs, ok)]
         self.round += 1

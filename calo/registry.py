@@ -118,8 +118,9 @@ def aliased_version(params: Params, alias: str):
         return None
 
 
-def fetch(params: Params, alias: str, dest: Path) -> str:
-    """Download the model an alias points at into dest (weights, config, registry.json)."""
+def fetch(params: Params, alias: str, dest: Path):
+    """Download the model an alias points at into dest (weights, config, registry.json);
+    returns its registry version."""
     version = aliased_version(params, alias)
     if version is None:
         raise CaloError(f"no '{params['mlflow']['model_name']}' model with alias '{alias}' "
@@ -132,14 +133,13 @@ def fetch(params: Params, alias: str, dest: Path) -> str:
             shutil.copy(local / item, dest / item)
     (dest / VERSION).write_text(json.dumps({"name": version.name, "version": version.version,
                                             "alias": alias, "run_id": version.run_id}))
-    return version.version
+    return version
 
 
 def load_registered(params: Params, alias: str) -> tuple[EvidentialSAGE, dict, str]:
     """The model a registry alias points at, with its calibration temperature."""
-    version = aliased_version(params, alias)
     with tempfile.TemporaryDirectory() as tmp:
-        fetch(params, alias, Path(tmp))
+        version = fetch(params, alias, Path(tmp))
         model, config = load_model(Path(tmp))
     config["temperature"] = float(version.tags.get("temperature", 1.0))
     return model, config, version.version

@@ -49,16 +49,15 @@ def held_out_score(model, val, probes, levels: int, tau: float | None = None) ->
 def challenge(params: Params, device: str, challenger: dict, val, probes) -> tuple[bool, str]:
     """Champion/challenger: promote only a model better than the device's current one on its
     held-out probes, on NLL and on Kendall tau."""
-    current = registry.aliased_version(params, device)
-    if current is None:
+    if registry.aliased_version(params, device) is None:
         return True, "first model for this device"
-    champion, config, _ = registry.load_registered(params, device)
+    champion, config, version = registry.load_registered(params, device)
     rule = params["promotion"]
     champ = held_out_score(champion, val, probes, params["calibrate"]["levels"],
                            config["temperature"])
     nll_gain = champ["nll"] - challenger["nll"]
     tau_drop = champ["kendall_tau"] - challenger["kendall_tau"]
-    verdict = (f"NLL {challenger['nll']:.4f} vs champion v{current.version} {champ['nll']:.4f}, "
+    verdict = (f"NLL {challenger['nll']:.4f} vs champion v{version} {champ['nll']:.4f}, "
                f"Kendall tau {challenger['kendall_tau']:.4f} vs {champ['kendall_tau']:.4f}")
     if nll_gain > rule["min_nll_gain"] and not tau_drop > rule["max_tau_drop"]:
         return True, f"beats the champion: {verdict}"
@@ -83,13 +82,13 @@ def finetune(params: Params, device_name: str) -> dict:
                            "device": device_name, "donor": params.donor,
                            "warmup_graphs": len(train)})
         after = evaluate(model, val, levels)
-        held = held_out_score(model, val, probes if len(probes) >= 2 else val, levels)
+        probes = probes if len(probes) >= 2 else val  # too few test probes: judge on val
+        held = held_out_score(model, val, probes, levels)
         metrics = {**{f"zero_shot_val_{k}": v for k, v in before.items()},
                    **{f"val_{k}": v for k, v in after.items()},
                    **{f"probe_{k}": v for k, v in held.items()}}
         mlflow.log_metrics(metrics)
-        promote, why = challenge(params, device_name, held, val,
-                                 probes if len(probes) >= 2 else val)
+        promote, why = challenge(params, device_name, held, val, probes)
         out = params.model_dir(device_name)
         # The model directory holds the device's champion: calibrate and tune read it.
         staging = out if promote else out.with_name(f"{out.name}.challenger")
