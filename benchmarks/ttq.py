@@ -58,15 +58,19 @@ XGB_NO_WARMUP = "xgb-no-warmup"
 MAIN = ("calo", "xgb", XGB_NO_WARMUP)  # run with --seeds; the ablations with --ablation-seeds
 
 
+# id of a pool candidate -> (candidate, graph), shared by all runs; holding the candidate keeps
+# its id from being reused by another object.
+GRAPHS: dict[int, tuple] = {}
+
+
 class CachedCalo(CaloCostModel):
-    """Replay scores the same pool candidates every round: their graphs are built once."""
+    """Replay scores the same pool candidates in every round and run: graphs are built once."""
 
     def featurize(self, candidates):
-        cache = self.__dict__.setdefault("graph_cache", {})
-        missing = [c for c in candidates if id(c) not in cache]
+        missing = [c for c in candidates if id(c) not in GRAPHS]
         for cand, graph in zip(missing, super().featurize(missing)):
-            cache[id(cand)] = graph
-        return [cache[id(c)] for c in candidates]
+            GRAPHS[id(cand)] = (cand, graph)
+        return [GRAPHS[id(c)][1] for c in candidates]
 
 
 def ttq(curve: list[float], oracle: float, budget: int) -> int:
@@ -89,7 +93,10 @@ def replay_run(model, cands: list, latencies: np.ndarray, ctx, seed: int, batch:
         spent += time.perf_counter() - start
         order = np.lexsort((tie[idx], -scores))  # highest score first, ties by the seed
         picked = idx[order[: min(batch, budget - len(curve))]]
-        results = [ms.runner.RunnerResult([float(latencies[i])], None) for i in picked]
+        # A candidate that failed when the pool was harvested costs its trial here too.
+        results = [ms.runner.RunnerResult([float(latencies[i])], None) if np.isfinite(latencies[i])
+                   else ms.runner.RunnerResult(None, "failed when the pool was measured")
+                   for i in picked]
         start = time.perf_counter()
         model.update(ctx, [cands[i] for i in picked], results)
         spent += time.perf_counter() - start
@@ -107,14 +114,13 @@ def load_pool(path: Path, min_pool: int) -> dict[str, list]:
             tar.extractall(tmp, filter="data")
         path = next(p.parent for p in tmp.rglob(records.RECORD_FILE))
     pool: dict[str, list] = {}
-    for rec in records.iter_records(path):
-        if rec.latency is not None:
-            pool.setdefault(rec.workload_name, []).append(rec)
+    for rec in records.iter_records(path):  # failed candidates stay: the tuner may pick them
+        pool.setdefault(rec.workload_name, []).append(rec)
     small = {w: len(r) for w, r in pool.items() if len(r) < min_pool}
     for name in small:
         del pool[name]
     if not pool:
-        raise SystemExit(f"no workload in {path} has {min_pool} or more measured records "
+        raise SystemExit(f"no workload in {path} has {min_pool} or more candidates "
                          f"(largest: {max(small.values(), default=0)}); harvest a pool with "
                          "`calo harvest --device D --workload W --count N`, or lower --min-pool")
     return pool
@@ -141,6 +147,8 @@ def make_calo(params: Params, donor: tuple, **overrides) -> CachedCalo:
                       graph_kind=registry.graph_kind(config), kappa_c=cfg["kappa_c"],
                       kappa_offset=cfg["kappa_offset"], update_steps=cfg["update_steps"],
                       update_lr=cfg["update_lr"], lam=params["train"]["lam"],
+                      rank_weight=cfg["update_rank_weight"],
+                      head_only=cfg["update_layers"] == "head",
                       constant_kappa=cfg.get("constant_kappa"), seed=cfg["seed"])
 
 
@@ -188,7 +196,7 @@ def run_replay(args, params: Params, work: Path) -> dict:
     timing: dict[str, float] = {}
     for workload, recs in pool.items():
         cands = [r.record.as_measure_candidate() for r in recs]
-        latencies = np.array([r.latency for r in recs])
+        latencies = np.array([math.inf if r.latency is None else r.latency for r in recs])
         oracle = float(latencies.min())
         ctx = ms.TuneContext(mod=recs[0].record.workload.mod, target=target,
                              task_name=workload)
@@ -212,8 +220,10 @@ def run_replay(args, params: Params, work: Path) -> dict:
     strong = summarize({w: {"calo": by["calo"], "xgb": by[XGB_NO_WARMUP]}
                         for w, by in ttqs.items()})
     return {
-        "mode": "replay", "pool": args.pool.name, "pool_sizes": {w: len(r) for w, r in
-                                                               pool.items()},
+        "mode": "replay", "pool": args.pool.name,
+        "pool_sizes": {w: {"candidates": len(r),
+                           "measured": sum(x.latency is not None for x in r)}
+                       for w, r in pool.items()},
         "seeds": args.seeds, "ablation_seeds": args.ablation_seeds, "budget": args.budget,
         "batch": args.batch,
         "geomean_ttq_ratio": report["geomean_ratio_vs_xgb"]["calo"],

@@ -165,9 +165,10 @@ def load_params(path: str | os.PathLike | None = None) -> Params:
     if params.graph_kind not in KINDS:
         raise CaloError(f"{path}: graph.kind must be one of {', '.join(KINDS)}, "
                         f"got {params.graph_kind!r}")
-    if raw["finetune"].get("layers") not in ("head", "all"):
-        raise CaloError(f"{path}: finetune.layers must be 'head' or 'all', "
-                        f"got {raw['finetune'].get('layers')!r}")
+    for section, key in (("finetune", "layers"), ("tune", "update_layers")):
+        if raw[section].get(key) not in ("head", "all"):
+            raise CaloError(f"{path}: {section}.{key} must be 'head' or 'all', "
+                            f"got {raw[section].get(key)!r}")
     return params
 
 

@@ -28,14 +28,21 @@ class CaloCostModel(PyCostModel):
     def __init__(self, model: EvidentialSAGE, temperature: float, *, graph_kind: str,
                  kappa_c: float,
                  kappa_offset: float, update_steps: int, update_lr: float, lam: float,
-                 batch_size: int = 64, constant_kappa: float | None = None, seed: int = 0):
+                 rank_weight: float = 0.0, head_only: bool = False, batch_size: int = 64,
+                 constant_kappa: float | None = None, seed: int = 0):
         super().__init__()
         self.model = model
         self.temperature = temperature
         self.graph_kind = graph_kind
         self.kappa_c, self.kappa_offset, self.constant_kappa = kappa_c, kappa_offset, constant_kappa
         self.update_steps, self.lam, self.batch_size = update_steps, lam, batch_size
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=update_lr)
+        self.rank_weight = rank_weight
+        if head_only:
+            # Online rounds see a few dozen records of one task: adapting only the head keeps
+            # the donor's encoder, as the warm-up fine-tune does.
+            model.freeze_encoder()
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                           lr=update_lr)
         self.round = 0
         self.measured: list = []
         self.generator = torch.Generator().manual_seed(seed)
@@ -69,7 +76,7 @@ class CaloCostModel(PyCostModel):
                 out = self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch,
                                  batch.num_graphs)
                 loss = cost_loss(self.model.standardize(batch.y), out, self.lam,
-                                 self.model.deterministic)
+                                 self.model.deterministic, self.rank_weight)
                 self.optimizer.zero_grad()
                 loss.backward()
                 self.optimizer.step()

@@ -42,7 +42,8 @@ def load_tuning_model(params: Params, device_name: str) -> CaloCostModel:
     return CaloCostModel(model, tau, graph_kind=registry.graph_kind(config),
                          kappa_c=cfg["kappa_c"], kappa_offset=cfg["kappa_offset"],
                          update_steps=cfg["update_steps"], update_lr=cfg["update_lr"],
-                         lam=params["train"]["lam"], seed=cfg["seed"])
+                         lam=params["train"]["lam"], rank_weight=cfg["update_rank_weight"],
+                         head_only=cfg["update_layers"] == "head", seed=cfg["seed"])
 
 
 def best_so_far(latencies: list[float | None]) -> list[float]:
