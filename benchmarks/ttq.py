@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parent
 QUALITY = 0.05
 XGB_NO_WARMUP = "xgb-no-warmup"
 MAIN = ("calo", "xgb", XGB_NO_WARMUP)  # run with --seeds; the ablations with --ablation-seeds
+LIVE_WORKLOADS = ["matmul", "conv2d-nhwc", "batch-matmul", "dense-bias-relu", "conv1d"]
 
 
 # id of a pool candidate -> (candidate, graph), shared by all runs; holding the candidate keeps
@@ -140,10 +141,10 @@ def calo_models(params: Params, work: Path) -> dict[str, tuple]:
     return out
 
 
-def make_calo(params: Params, donor: tuple, **overrides) -> CachedCalo:
+def make_calo(params: Params, donor: tuple, cls=CachedCalo, **overrides) -> CaloCostModel:
     model, config, tau = donor
     cfg = {**params["tune"], **overrides}
-    return CachedCalo(copy.deepcopy(model), cfg.get("temperature", tau),
+    return cls(copy.deepcopy(model), cfg.get("temperature", tau),
                       graph_kind=registry.graph_kind(config), kappa_c=cfg["kappa_c"],
                       kappa_offset=cfg["kappa_offset"], update_steps=cfg["update_steps"],
                       update_lr=cfg["update_lr"], lam=params["train"]["lam"],
@@ -241,20 +242,41 @@ def run_replay(args, params: Params, work: Path) -> dict:
 
 
 def run_live(args, params: Params, work: Path) -> dict:
+    from calo.config import CaloError
     from tasks.tune import load_tuning_model, run_tuner
 
     raw = copy.deepcopy(params.raw)
     raw["tune"]["max_trials"] = args.budget
     device = params.targets[0]
+    # The pipeline's fine-tuned, calibrated model when `make run` has made one; otherwise the
+    # replay's donor model, trained here on the committed cpu-host suite pool.
+    try:
+        load_tuning_model(params, device)
+        donor, model_source = None, f"pipeline model of {device}"
+    except CaloError:
+        cwd = Path.cwd()
+        donor, model_source = calo_models(params, work)["evidential"], "donor (cpu-host pool)"
+        os.chdir(cwd)
+    print(f"live: tuning on {device} with the {model_source}", flush=True)
     ttqs: dict[str, dict[str, list[int]]] = {}
     curves: dict[str, list[float]] = {}
-    for workload in args.workload or params["tune"]["workloads"]:
+    workloads = args.workload or LIVE_WORKLOADS
+    try:
+        params.workloads(workloads)  # an unknown name fails here, before any tuning
+    except CaloError as err:
+        raise SystemExit(str(err)) from None
+    for workload in workloads:
         runs: dict[str, list[list[float]]] = {"calo": [], "xgb": []}
         for seed in range(args.seeds):
             raw["tune"]["seed"] = seed
             seeded = Params(raw=copy.deepcopy(raw), path=params.path)
             for method in runs:
-                model = load_tuning_model(seeded, device) if method == "calo" else "xgb"
+                if method == "xgb":
+                    model = "xgb"
+                elif donor is None:
+                    model = load_tuning_model(seeded, device)
+                else:  # live candidates are new objects every round: no graph cache
+                    model = make_calo(seeded, donor, cls=CaloCostModel, seed=seed)
                 run = run_tuner(seeded, device, workload, method, model,
                                 work / workload / f"{method}-{seed}")
                 runs[method].append(run["curve"] + [run["curve"][-1]] * (
@@ -265,7 +287,8 @@ def run_live(args, params: Params, work: Path) -> dict:
             curves[f"{workload} {method}"] = (np.mean(rs, axis=0) / oracle).tolist()
             print(f"{workload:<24}{method:<8} TTQ {ttqs[workload][method]}", flush=True)
     report = summarize(ttqs)
-    return {"mode": "live", "device": device, "seeds": args.seeds, "budget": args.budget,
+    return {"mode": "live", "device": device, "model": model_source, "seeds": args.seeds,
+            "budget": args.budget,
             "geomean_ttq_ratio": report["geomean_ratio_vs_xgb"]["calo"],
             "per_workload": report["per_workload"], "ablations": {}, "curves": curves}
 
@@ -275,8 +298,8 @@ def main() -> None:
     parser.add_argument("--mode", choices=("replay", "live"), required=True)
     parser.add_argument("--pool", type=Path, help="replay: TVM database dir or .tar.gz")
     parser.add_argument("--min-pool", type=int, default=1000)
-    parser.add_argument("--workload", action="append", help="live: workloads (default "
-                        "tune.workloads)")
+    parser.add_argument("--workload", action="append", help="live: workloads (default: "
+                        "the replay pool's five)")
     parser.add_argument("--seeds", type=int, default=None, help="10 replay, 3 live")
     parser.add_argument("--budget", type=int, default=None, help="trials: 160 replay, 64 live")
     parser.add_argument("--ablation-seeds", type=int, default=5)

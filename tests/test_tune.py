@@ -2,6 +2,7 @@ import json
 import math
 
 import numpy as np
+import torch
 import tvm
 from mlflow.tracking import MlflowClient
 from tvm.s_tir import meta_schedule as ms
@@ -68,6 +69,11 @@ def test_cost_model_scores_and_decaying_kappa(params, calibrated):
     assert scores.dtype == np.float64 and scores.shape == (len(cands),)
     assert np.all(np.isfinite(scores)) and np.all(scores > 0) and scores.max() == 1.0
     results = [ms.runner.RunnerResult([1e-4 * (i + 1)], None) for i in range(len(cands))]
+    before = {k: v.clone() for k, v in model.model.state_dict().items()}
     model.update(ctx, cands, results)
     assert model.round == 1 and len(model.measured) == len(cands)
     assert model.kappa() < 1.5 / math.sqrt(50)
+    # tune.update_layers: head (the default) adapts the head and leaves the encoder as it was.
+    after = model.model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("head.") for k in changed)
