@@ -69,6 +69,7 @@ class _Builder:
     etype: list[int] = field(default_factory=list)
     buffers: dict[str, int] = field(default_factory=dict)
     loop_of_var: dict[int, int] = field(default_factory=dict)  # hash(loop var) -> loop node
+    loops: int = 0
 
     def node(self, **values: float) -> int:
         row = np.zeros(NUM_FEATURES, dtype=np.float32)
@@ -83,24 +84,43 @@ class _Builder:
         self.etype.append(kind)
 
     def buffer(self, buf) -> int:
-        name = buf.name
+        name, row = _buffer_row(buf)
         if name not in self.buffers:
-            elems, nbytes = buffer_size(buf)
-            scope = buf.scope()
-            self.buffers[name] = self.node(
-                is_buffer=1,
-                log_extent=_log(elems),
-                log_bytes=_log(nbytes),
-                scope_global=float(scope == "global"),
-                scope_local=float(scope.startswith("local")),
-                scope_shared=float(scope.startswith("shared")),
-            )
+            self.rows.append(row.copy())
+            self.buffers[name] = len(self.rows) - 1
         return self.buffers[name]
+
+
+# Buffer -> (buffer, name, feature row). All candidates of a task share the workload's buffer
+# objects (a schedule rewrites loops, not the function's parameters), so their features are
+# read from TVM once per task. TIR nodes are immutable and the entry holds its buffer, so the
+# key (the node's address) cannot be reused while the entry lives.
+_BUFFERS: dict[int, tuple] = {}
+_BUFFER_CACHE_SIZE = 4096
+
+
+def _buffer_row(buf) -> tuple[str, np.ndarray]:
+    key = hash(buf)
+    hit = _BUFFERS.get(key)
+    if hit is None:
+        elems, nbytes = buffer_size(buf)
+        scope = buf.scope()
+        row = np.zeros(NUM_FEATURES, dtype=np.float32)
+        for column, value in (("is_buffer", 1.0), ("log_extent", _log(elems)),
+                              ("log_bytes", _log(nbytes)),
+                              ("scope_global", scope == "global"),
+                              ("scope_local", scope.startswith("local")),
+                              ("scope_shared", scope.startswith("shared"))):
+            row[_COL[column]] = value
+        if len(_BUFFERS) >= _BUFFER_CACHE_SIZE:
+            _BUFFERS.clear()
+        hit = _BUFFERS[key] = (buf, buf.name, row)
+    return hit[1], hit[2]
 
 
 def buffer_size(buf) -> tuple[int, float]:
     """Elements and bytes of a buffer (symbolic dimensions count as 1)."""
-    elems = math.prod(_int(s) for s in buf.shape)
+    elems = math.prod(_int(s) for s in buf.shape[:])
     width = re.search(r"(\d+)$", str(buf.dtype))  # float32 -> 32
     return elems, elems * (int(width.group(1)) if width else 32) / 8
 
@@ -160,7 +180,7 @@ def _walk(g: _Builder, stmt, parent: int | None, depth: int, trips: int,
     if isinstance(stmt, tirx.SeqStmt):
         heads: list[int] = []
         previous: int | None = None
-        for child in stmt.seq:
+        for child in stmt.seq[:]:  # a slice reads the FFI array in one pass
             produced = _walk(g, child, parent, depth, trips, loop_blocks)
             if produced:
                 if previous is not None:
@@ -198,11 +218,11 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
     if parent is not None:
         g.edge(parent, node, NEST)
     g.loop_of_var[hash(loop.loop_var)] = node
+    g.loops += 1
     inner_blocks: list[int] = []
-    loops_before = len(g.rows)
+    loops_before = g.loops
     _walk(g, loop.body, node, depth + 1, trips * extent, inner_blocks)
-    has_inner_loop = any(g.rows[i][_COL["is_loop"]] for i in range(loops_before, len(g.rows)))
-    g.rows[node][_COL["innermost"]] = float(not has_inner_loop)
+    g.rows[node][_COL["innermost"]] = float(g.loops == loops_before)
     # Blocks computed inside the same loop nest are fused: link them in program order.
     for a, b in zip(inner_blocks, inner_blocks[1:]):
         g.edge(a, b, FUSION)
@@ -213,50 +233,52 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
 def _walk_block(g: _Builder, realize: s_tir.SBlockRealize, parent: int | None, depth: int,
                 trips: int, loop_blocks: list[int]) -> list[int]:
     block = realize.block
-    for buf in block.alloc_buffers:
+    for buf in block.alloc_buffers[:]:
         g.buffer(buf)
     if block.name_hint == "root" and parent is None:
         return _walk(g, block.body, None, depth, trips, loop_blocks)
-    domain = math.prod(_int(iv.dom.extent) for iv in block.iter_vars)
-    reduction = any(int(iv.iter_type) == 2 for iv in block.iter_vars)  # CommReduce
+    iter_vars, reads, writes = block.iter_vars[:], block.reads[:], block.writes[:]
+    domain = math.prod(_int(iv.dom.extent) for iv in iter_vars)
+    reduction = any(int(iv.iter_type) == 2 for iv in iter_vars)  # CommReduce
     node = g.node(
         is_block=1,
         log_extent=_log(domain),
         depth=depth,
         log_trip_count=_log(trips),
         is_reduction=float(reduction),
-        log_accesses=_log(len(block.reads) + len(block.writes)),
+        log_accesses=_log(len(reads) + len(writes)),
     )
     if parent is not None:
         g.edge(parent, node, NEST)
-    _mark_inner_dim_loops(g, realize)
-    for region in block.reads:
+    _mark_inner_dim_loops(g, iter_vars, realize.iter_values[:], reads + writes)
+    for region in reads:
         g.edge(g.buffer(region.source), node, DATAFLOW)
-    for region in block.writes:
+    for region in writes:
         g.edge(node, g.buffer(region.source), DATAFLOW)
     loop_blocks.append(node)
     _walk(g, block.body, node, depth + 1, trips, loop_blocks)
     return [node]
 
 
-def _mark_inner_dim_loops(g: _Builder, realize: s_tir.SBlockRealize) -> None:
+def _mark_inner_dim_loops(g: _Builder, iter_vars: list, iter_values: list, regions: list
+                          ) -> None:
     """Count, on each loop, the block's accesses whose last index the loop's variable drives.
 
     The last index is the contiguous one, so a vectorized or innermost loop that drives it walks
     memory with unit stride: the access pattern that caches and vector units reward.
     """
-    block = realize.block
     inner_vars: list[int] = []
-    for region in list(block.reads) + list(block.writes):
-        if len(region.region):
-            inner_vars += [hash(v) for v in tirx.analysis.undefined_vars(region.region[-1].min)]
+    for region in regions:
+        ranges = region.region
+        if len(ranges):
+            inner_vars += [hash(v) for v in tirx.analysis.undefined_vars(ranges[-1].min)[:]]
     if not inner_vars:
         return
-    for iv, value in zip(block.iter_vars, realize.iter_values):
+    for iv, value in zip(iter_vars, iter_values):
         uses = inner_vars.count(hash(iv.var))
         if not uses:
             continue
-        for var in tirx.analysis.undefined_vars(value):
+        for var in tirx.analysis.undefined_vars(value)[:]:
             loop = g.loop_of_var.get(hash(var))
             if loop is not None:
                 row = g.rows[loop]

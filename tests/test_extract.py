@@ -112,6 +112,23 @@ def test_normalized_columns_are_relative_to_the_workload_itself():
     assert (rel_gap < 0.1).all() and (abs_gap >= 1).any()
 
 
+def test_buffer_features_read_once_per_task_match_a_cold_extraction():
+    from tvm.s_tir.meta_schedule.testing import te_workload
+
+    from calo import schedule_graph
+
+    func = _matmul_relu_schedule()
+    schedule_graph._BUFFERS.clear()
+    cold = extract_graph(func)
+    assert len(schedule_graph._BUFFERS) == 4  # A, B, C, compute
+    warm = extract_graph(func)
+    assert np.array_equal(cold.x, warm.x) and np.array_equal(cold.edge_index, warm.edge_index)
+    # Same buffer names, other objects and sizes: never served from the cache.
+    other = extract_graph(te.create_prim_func(te_workload.matmul(64, 64, 64)))
+    buffers = other.x[other.x[:, COL["is_buffer"]] == 1]
+    assert np.isclose(buffers[:, COL["log_bytes"]].max(), np.log2(1 + 64 * 64 * 4))
+
+
 def test_ast_graph_holds_every_statement_and_expression():
     from calo import ast_graph
 

@@ -132,3 +132,23 @@ def test_fast_collation_matches_pyg_batching():
     fast = model(x, edge_index, edge_type, batch, num_graphs)
     slow = model(ref.x, ref.edge_index, ref.edge_type, ref.batch, ref.num_graphs)
     assert torch.allclose(fast.gamma, slow.gamma) and torch.allclose(fast.beta, slow.beta)
+
+
+def test_fused_relation_aggregation_equals_one_sageconv_per_relation():
+    from models.evidential import RelationSegments
+
+    torch.manual_seed(0)
+    nodes, relations, hidden = 9, 4, 5
+    # Duplicate edges, a node with no in-edges and a relation with no edges at all.
+    edge_index = torch.tensor([[0, 1, 2, 2, 3, 4, 4, 5, 8, 8],
+                               [1, 1, 3, 3, 0, 6, 7, 7, 7, 2]])
+    edge_type = torch.tensor([0, 0, 1, 1, 3, 0, 1, 1, 3, 0])
+    model = EvidentialSAGE(3, relations // 2, hidden=hidden, layers=1)
+    convs, h, root = model.convs[0], torch.randn(nodes, hidden), torch.randn(nodes, hidden)
+    expected = root.clone()
+    for r, conv in enumerate(convs):
+        expected = expected + conv(h, edge_index[:, edge_type == r])
+    segments = RelationSegments(edge_index, edge_type, nodes, relations)
+    fused = segments.aggregate(h, [conv.lin_l.weight for conv in convs], root.clone())
+    assert torch.allclose(fused, expected, atol=1e-6)
+    assert not torch.allclose(fused, root)  # the check is not vacuous
