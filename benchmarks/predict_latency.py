@@ -30,11 +30,13 @@ from calo.devices import preload_tensor_intrinsics
 preload_tensor_intrinsics()  # once, outside any timing
 
 import torch  # noqa: E402
+from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
 from calo import records, registry  # noqa: E402
 from calo.config import load_params  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
+from calo.dataset import collate  # noqa: E402
 from calo.devices import make_target  # noqa: E402
 from calo.workloads import create_mod  # noqa: E402
 
@@ -62,11 +64,50 @@ def time_ms(fn) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+@torch.inference_mode()
+def forward_variants(model: torch.nn.Module, batches: list[tuple], compile_too: bool) -> dict:
+    """The forward alone, as used (fp32, fused relations) and as the alternatives would run it."""
+    def per_relation(*batch):
+        model.fuse_relations = False
+        try:
+            return model(*batch)
+        finally:
+            model.fuse_relations = True
+
+    def autocast(dtype):
+        def run(*batch):
+            with torch.autocast("cpu", dtype=dtype):
+                return model(*batch)
+        return run
+
+    variants = {"fp32 (used)": model, "fp32 per-relation": per_relation,
+                "bf16 autocast": autocast(torch.bfloat16),
+                "fp16 autocast": autocast(torch.float16)}
+    out = {}
+    if compile_too:
+        start = time.perf_counter()
+        compiled = torch.compile(model, dynamic=True)
+        compiled(*batches[0])
+        variants["torch.compile"] = compiled
+        out["torch.compile"] = {"compile_s": time.perf_counter() - start}
+    reference = [model(*b).gamma for b in batches]
+    for name, fn in variants.items():
+        fn(*batches[0])  # warm-up
+        times = [time_ms(lambda b=b, fn=fn: fn(*b)) for b in batches]
+        tau = statistics.mean(stats.kendalltau(fn(*b).gamma.float(), ref)[0]
+                              for b, ref in zip(batches, reference))
+        out[name] = {**out.get(name, {}), "median_ms": statistics.median(times),
+                     "tau_vs_fp32": float(tau)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="gelu-mlp")
     parser.add_argument("--population", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--compile", action="store_true",
+                        help="also time torch.compile'd forward (compiling takes ~30 s)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "predict_latency.json")
     args = parser.parse_args()
     params = load_params(Path("params.yaml").resolve())
@@ -100,6 +141,8 @@ def main() -> None:
         times["calo_featurize"].append(time_ms(lambda pop=pop: calo.featurize(pop)))
         times["xgb"].append(time_ms(lambda pop=pop: xgb.predict(ctx, pop)))
     med = {k: statistics.median(v) for k, v in times.items()}
+    forward = forward_variants(model, [collate(calo.featurize(pop)) for pop in pops[1:]],
+                               args.compile)
     result = {
         "workload": args.workload, "population": args.population, "repeat": args.repeat,
         "graph_kind": config["graph"], "torch_threads": torch.get_num_threads(),
@@ -109,6 +152,7 @@ def main() -> None:
                  "times_ms": times["calo"]},
         "xgb": {"median_ms": med["xgb"], "times_ms": times["xgb"]},
         "ratio_calo_vs_xgb": med["calo"] / med["xgb"],
+        "forward_variants": forward,
         "budget_ms": 20.0,
     }
     print(f"{args.population} candidates of {args.workload}, median of {args.repeat} fresh "
@@ -118,6 +162,11 @@ def main() -> None:
     print(f"  xgb   {med['xgb']:8.1f} ms")
     print(f"  ratio calo / xgb = {result['ratio_calo_vs_xgb']:.2f}; budget 20 ms: "
           f"{'met' if med['calo'] <= 20 else 'missed by %.1f ms' % (med['calo'] - 20)}")
+    print("  forward alone (same batches), and how far each variant's ranking is from fp32's:")
+    for name, row in forward.items():
+        print(f"    {name:<22}{row['median_ms']:7.1f} ms   Kendall tau vs fp32 "
+              f"{row['tau_vs_fp32']:.3f}" + (f"   (compiling: {row['compile_s']:.0f} s)"
+                                             if "compile_s" in row else ""))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")

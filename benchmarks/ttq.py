@@ -352,6 +352,9 @@ def main() -> None:
     for name, ratio in report["ablations"].items():
         print(f"  ablation {name:<16} geo-mean ratio vs XGBoost {ratio:.3f}")
     print(f"wrote {out} and {png}")
+    if args.mode == "live":
+        print(f"tuning databases and the donor model kept in {work} "
+              "(benchmarks/live_ranking.py reads them)")
 
 
 if __name__ == "__main__":
