@@ -8,9 +8,12 @@ records from benchmarks/data (it predicts at random until trained); our model's 
 change its cost. Run from the repository root:
 
     python benchmarks/predict_latency.py [--workload gelu-mlp] [--population 512] [--repeat 7]
+                                          [--compile]
 
 Prints both medians, their ratio and CALO's breakdown (graph extraction vs batching + forward),
-and writes benchmarks/results/predict_latency.json.
+then the forward alone in the variants one could run instead (per-relation SAGEConv calls,
+bf16/fp16 autocast, and with --compile torch.compile), each with its ranking's Kendall tau vs
+the fp32 forward; writes benchmarks/results/predict_latency.json.
 """
 
 from __future__ import annotations
