@@ -1,3 +1,4 @@
+import copy
 import json
 import math
 
@@ -7,6 +8,7 @@ import tvm
 from mlflow.tracking import MlflowClient
 from tvm.s_tir import meta_schedule as ms
 
+from calo.config import Params
 from calo.records import iter_records
 from calo.workloads import create_mod
 from tasks.tune import best_so_far, load_tuning_model, trials_to_quality, write_report
@@ -56,24 +58,41 @@ def test_report_counts_a_miss_as_budget_plus_one(params):
     assert math.isclose(summary["geomean_trials_ratio_calo_vs_xgb"], 0.5)
 
 
-def test_cost_model_scores_and_decaying_kappa(params, calibrated):
-    model = load_tuning_model(params, TARGET)
-    assert math.isclose(model.kappa(), 1.5 / math.sqrt(50))
+def _mm64_candidates(params) -> tuple:
     mod = create_mod(params.workload("mm-64"))
     ctx = ms.TuneContext(mod=mod, target=tvm.target.Target({"kind": "llvm", "num-cores": 1}),
                          space_generator="post-order-apply", search_strategy="replay-trace",
                          rand_state=3)
     ctx.pre_tuning(max_trials=6, num_trials_per_iter=6)
     cands = ctx.generate_measure_candidates()
+    results = [ms.runner.RunnerResult([1e-4 * (i + 1)], None) for i in range(len(cands))]
+    return ctx, cands, results
+
+
+def _weights_changed_by_update(model, ctx, cands, results) -> set[str]:
+    before = {k: v.clone() for k, v in model.model.state_dict().items()}
+    model.update(ctx, cands, results)
+    return {k for k in before if not torch.equal(before[k], model.model.state_dict()[k])}
+
+
+def test_cost_model_scores_and_decaying_kappa(params, calibrated):
+    model = load_tuning_model(params, TARGET)
+    assert math.isclose(model.kappa(), 1.5 / math.sqrt(50))
+    ctx, cands, results = _mm64_candidates(params)
     scores = model.predict(ctx, cands)
     assert scores.dtype == np.float64 and scores.shape == (len(cands),)
     assert np.all(np.isfinite(scores)) and np.all(scores > 0) and scores.max() == 1.0
-    results = [ms.runner.RunnerResult([1e-4 * (i + 1)], None) for i in range(len(cands))]
-    before = {k: v.clone() for k, v in model.model.state_dict().items()}
-    model.update(ctx, cands, results)
+    changed = _weights_changed_by_update(model, ctx, cands, results)
     assert model.round == 1 and len(model.measured) == len(cands)
     assert model.kappa() < 1.5 / math.sqrt(50)
-    # tune.update_layers: head (the default) adapts the head and leaves the encoder as it was.
-    after = model.model.state_dict()
-    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    # tune.update_layers: all (the default) adapts the encoder as well as the head.
+    assert any(k.startswith("head.") for k in changed)
+    assert any(not k.startswith("head.") for k in changed)
+
+
+def test_head_only_updates_leave_the_encoder_as_it_was(params, calibrated):
+    raw = copy.deepcopy(params.raw)
+    raw["tune"]["update_layers"] = "head"
+    model = load_tuning_model(Params(raw=raw, path=params.path), TARGET)
+    changed = _weights_changed_by_update(model, *_mm64_candidates(params))
     assert changed and all(k.startswith("head.") for k in changed)
