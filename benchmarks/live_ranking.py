@@ -33,14 +33,20 @@ def main() -> None:
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("--workload", action="append")
     args = parser.parse_args()
-    model, config = registry.load_model(args.work_dir / "models" / "evidential")
-    model.eval()
+    # ttq.py trains one donor per training seed; tuning seed s used donor s % len(donors).
+    donors = [registry.load_model(args.work_dir / "models" / f"evidential-{i}")
+              for i in range(len(list((args.work_dir / "models").glob("evidential-*"))))]
+    if not donors:
+        raise SystemExit(f"no donor models under {args.work_dir / 'models'}: pass the work "
+                         "directory that `ttq.py --mode live` printed")
     workloads = args.workload or sorted(p.name for p in args.work_dir.iterdir()
                                         if p.is_dir() and p.name not in ("data", "models"))
     print(f"{'run':<34}{'tau':>7}{'pred spread':>13}{'true spread':>13}{'best us':>9}")
     for workload in workloads:
         for run in sorted((args.work_dir / workload).iterdir()):
             recs = [r for r in iter_records(run) if r.latency]
+            model, config = donors[int(run.name.rsplit("-", 1)[1]) % len(donors)]
+            model.eval()
             graphs = [of_record(registry.graph_kind(config), r.record) for r in recs]
             with torch.inference_mode():
                 pred = model.to_log_latency(model(*collate(graphs))).gamma.numpy()

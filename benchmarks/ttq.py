@@ -15,10 +15,12 @@ XGBModel without that warm-up (`xgb-no-warmup`), the stronger baseline:
 TTQ counts measured trials; a run that never gets within 5% counts as budget + 1 (censored). The
 report gives the geo-mean of per-workload TTQ ratios (ours / XGBoost), per-workload means, wins
 and Welch's t-test over seeds, and the ablations (replay): constant kappa, deterministic head,
-zero-shot (no online updates), no calibration (temperature 1). Run from the repository root:
+zero-shot (no online updates), no calibration (temperature 1). Without a pipeline model, our
+runs use donor models trained here with --donors training seeds; tuning seed s uses donor
+s % donors, so the spread over seeds includes the donor's. Run from the repository root:
 
-    python benchmarks/ttq.py --mode replay --pool DIR_OR_TAR [--seeds 10] [--budget 160]
-    python benchmarks/ttq.py --mode live [--workload W ...] [--seeds 3] [--budget 64]
+    python benchmarks/ttq.py --mode replay --pool DIR_OR_TAR [--seeds 10] [--donors 5]
+    python benchmarks/ttq.py --mode live [--workload W ...] [--seeds 3] [--donors 3]
 
 Writes benchmarks/results/ttq_<mode>.json and ttq_<mode>.png (best-so-far latency / oracle).
 """
@@ -127,17 +129,20 @@ def load_pool(path: Path, min_pool: int) -> dict[str, list]:
     return pool
 
 
-def calo_models(params: Params, work: Path) -> dict[str, tuple]:
-    """Donor models trained on the committed cpu-host suite pool: default and deterministic."""
+def calo_models(params: Params, work: Path, donors: int) -> dict[str, list[tuple]]:
+    """Donor models trained on the committed cpu-host suite pool, default and deterministic head,
+    one per training seed: tuning seed s uses donor s % donors, so a figure is not one donor's
+    luck (donors of different seeds moved replay TTQs by a factor of two on single workloads)."""
     os.chdir(work)
     with tarfile.open(POOLS["cpu-host"]) as tar:
         tar.extractall(work / "data" / "records", filter="data")
-    out = {}
+    out: dict[str, list[tuple]] = {}
     for name, sets in (("evidential", []), ("deterministic", ["model.head=deterministic"])):
-        donor = with_overrides(params, "cpu-host", sets)
-        info = train_donor(donor, work / "models" / name)
-        model, config = registry.load_model(work / "models" / name)
-        out[name] = (model, config, info["temperature"])
+        for seed in range(donors):
+            donor = with_overrides(params, "cpu-host", [*sets, f"train.seed={seed}"])
+            info = train_donor(donor, work / "models" / f"{name}-{seed}")
+            model, config = registry.load_model(work / "models" / f"{name}-{seed}")
+            out.setdefault(name, []).append((model, config, info["temperature"]))
     return out
 
 
@@ -180,16 +185,20 @@ def summarize(ttqs: dict[str, dict[str, list[int]]], baseline: str = "xgb") -> d
 
 def run_replay(args, params: Params, work: Path) -> dict:
     pool = load_pool(args.pool, args.min_pool)
-    donors = calo_models(params, work)
+    donors = calo_models(params, work, args.donors)
+
+    def donor(kind: str, seed: int) -> tuple:
+        return donors[kind][seed % args.donors]
+
     target = next(iter(pool.values()))[0].record.target  # the pool's, for the tuning context
     # Each builder takes the run's seed: it orders ties, and our online updates' batches.
     variants = {
-        "calo": lambda s: make_calo(params, donors["evidential"], seed=s),
-        **{f"kappa={k:g}": (lambda s, k=k: make_calo(params, donors["evidential"], seed=s,
+        "calo": lambda s: make_calo(params, donor("evidential", s), seed=s),
+        **{f"kappa={k:g}": (lambda s, k=k: make_calo(params, donor("evidential", s), seed=s,
                                                      constant_kappa=k)) for k in args.kappas},
-        "deterministic": lambda s: make_calo(params, donors["deterministic"], seed=s),
-        "zero-shot": lambda s: make_calo(params, donors["evidential"], seed=s, update_steps=0),
-        "no-calibration": lambda s: make_calo(params, donors["evidential"], seed=s,
+        "deterministic": lambda s: make_calo(params, donor("deterministic", s), seed=s),
+        "zero-shot": lambda s: make_calo(params, donor("evidential", s), seed=s, update_steps=0),
+        "no-calibration": lambda s: make_calo(params, donor("evidential", s), seed=s,
                                               temperature=1.0),
         # TVM's defaults, as tune_tir uses them: random scores until 100 measurements.
         "xgb": lambda s: ms.cost_model.XGBModel(num_tuning_cores=os.cpu_count() or 1),
@@ -233,7 +242,8 @@ def run_replay(args, params: Params, work: Path) -> dict:
         "pool_sizes": {w: {"candidates": len(r),
                            "measured": sum(x.latency is not None for x in r)}
                        for w, r in pool.items()},
-        "seeds": args.seeds, "ablation_seeds": args.ablation_seeds, "budget": args.budget,
+        "seeds": args.seeds, "ablation_seeds": args.ablation_seeds, "donors": args.donors,
+        "budget": args.budget,
         "batch": args.batch,
         "geomean_ttq_ratio": report["geomean_ratio_vs_xgb"]["calo"],
         "geomean_ttq_ratio_vs_xgb_no_warmup": strong["geomean_ratio_vs_xgb"]["calo"],
@@ -260,10 +270,11 @@ def run_live(args, params: Params, work: Path) -> dict:
     # replay's donor model, trained here on the committed cpu-host suite pool.
     try:
         load_tuning_model(params, device)
-        donor, model_source = None, f"pipeline model of {device}"
+        donors, model_source = None, f"pipeline model of {device}"
     except CaloError:
         cwd = Path.cwd()
-        donor, model_source = calo_models(params, work)["evidential"], "donor (cpu-host pool)"
+        donors = calo_models(params, work, args.donors)["evidential"]
+        model_source = f"{args.donors} donors (cpu-host pool)"
         os.chdir(cwd)
     print(f"live: tuning on {device} with the {model_source}", flush=True)
     ttqs: dict[str, dict[str, list[int]]] = {}
@@ -285,10 +296,11 @@ def run_live(args, params: Params, work: Path) -> dict:
                 elif method == XGB_NO_WARMUP:
                     model = ms.cost_model.XGBModel(num_warmup_samples=0,
                                                    num_tuning_cores=os.cpu_count() or 1)
-                elif donor is None:
+                elif donors is None:
                     model = load_tuning_model(seeded, device)
                 else:  # live candidates are new objects every round: no graph cache
-                    model = make_calo(seeded, donor, cls=CaloCostModel, seed=seed)
+                    model = make_calo(seeded, donors[seed % args.donors], cls=CaloCostModel,
+                                      seed=seed)
                 run = run_tuner(seeded, device, workload, method, model,
                                 work / workload / f"{method}-{seed}")
                 runs[method].append(run["curve"] + [run["curve"][-1]] * (
@@ -327,12 +339,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=None, help="10 replay, 3 live")
     parser.add_argument("--budget", type=int, default=None, help="trials: 160 replay, 64 live")
     parser.add_argument("--ablation-seeds", type=int, default=5)
+    parser.add_argument("--donors", type=int, default=None,
+                        help="donor models, one per training seed (default: 5 replay, 3 live)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--kappas", type=float, nargs="*", default=[0.5, 1.0, 2.0, 4.0])
     parser.add_argument("--out-dir", type=Path, default=ROOT / "results")
     args = parser.parse_args()
     args.seeds = args.seeds or (10 if args.mode == "replay" else 3)
     args.budget = args.budget or (160 if args.mode == "replay" else 64)
+    args.donors = args.donors or (5 if args.mode == "replay" else 3)
     if args.mode == "replay" and args.pool is None:
         parser.error("--mode replay needs --pool")
     args.out_dir = args.out_dir.resolve()
