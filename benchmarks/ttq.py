@@ -19,7 +19,7 @@ zero-shot (no online updates), no calibration (temperature 1). Without a pipelin
 runs use donor models trained here with --donors training seeds; tuning seed s uses donor
 s % donors, so the spread over seeds includes the donor's. Run from the repository root:
 
-    python benchmarks/ttq.py --mode replay --pool DIR_OR_TAR [--seeds 10] [--donors 5]
+    python benchmarks/ttq.py --mode replay --pool DIR_OR_TAR [--seeds 10] [--donors 10]
     python benchmarks/ttq.py --mode live [--workload W ...] [--seeds 3] [--donors 3]
 
 Writes benchmarks/results/ttq_<mode>.json and ttq_<mode>.png (best-so-far latency / oracle).
@@ -129,20 +129,22 @@ def load_pool(path: Path, min_pool: int) -> dict[str, list]:
     return pool
 
 
-def calo_models(params: Params, work: Path, donors: int) -> dict[str, list[tuple]]:
-    """Donor models trained on the committed cpu-host suite pool, default and deterministic head,
-    one per training seed: tuning seed s uses donor s % donors, so a figure is not one donor's
-    luck (donors of different seeds moved replay TTQs by a factor of two on single workloads)."""
+def calo_models(params: Params, work: Path, counts: dict[str, int]) -> dict[str, list[tuple]]:
+    """Donor models trained on the committed cpu-host suite pool, `counts[head]` of each head
+    (evidential, deterministic), one per training seed: tuning seed s uses donor s, so a figure
+    is not one donor's luck (donors of different seeds moved replay TTQs by a factor of two on
+    single workloads)."""
     os.chdir(work)
     with tarfile.open(POOLS["cpu-host"]) as tar:
         tar.extractall(work / "data" / "records", filter="data")
     out: dict[str, list[tuple]] = {}
-    for name, sets in (("evidential", []), ("deterministic", ["model.head=deterministic"])):
-        for seed in range(donors):
-            donor = with_overrides(params, "cpu-host", [*sets, f"train.seed={seed}"])
-            info = train_donor(donor, work / "models" / f"{name}-{seed}")
-            model, config = registry.load_model(work / "models" / f"{name}-{seed}")
-            out.setdefault(name, []).append((model, config, info["temperature"]))
+    for head, count in counts.items():
+        for seed in range(count):
+            sets = [f"model.head={head}", f"train.seed={seed}"]
+            info = train_donor(with_overrides(params, "cpu-host", sets),
+                               work / "models" / f"{head}-{seed}")
+            model, config = registry.load_model(work / "models" / f"{head}-{seed}")
+            out.setdefault(head, []).append((model, config, info["temperature"]))
     return out
 
 
@@ -185,7 +187,8 @@ def summarize(ttqs: dict[str, dict[str, list[int]]], baseline: str = "xgb") -> d
 
 def run_replay(args, params: Params, work: Path) -> dict:
     pool = load_pool(args.pool, args.min_pool)
-    donors = calo_models(params, work, args.donors)
+    donors = calo_models(params, work, {"evidential": args.donors,
+                                        "deterministic": min(args.donors, args.ablation_seeds)})
 
     def donor(kind: str, seed: int) -> tuple:
         return donors[kind][seed % args.donors]
@@ -273,7 +276,7 @@ def run_live(args, params: Params, work: Path) -> dict:
         donors, model_source = None, f"pipeline model of {device}"
     except CaloError:
         cwd = Path.cwd()
-        donors = calo_models(params, work, args.donors)["evidential"]
+        donors = calo_models(params, work, {"evidential": args.donors})["evidential"]
         model_source = f"{args.donors} donors (cpu-host pool)"
         os.chdir(cwd)
     print(f"live: tuning on {device} with the {model_source}", flush=True)
@@ -340,14 +343,16 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=None, help="trials: 160 replay, 64 live")
     parser.add_argument("--ablation-seeds", type=int, default=5)
     parser.add_argument("--donors", type=int, default=None,
-                        help="donor models, one per training seed (default: 5 replay, 3 live)")
+                        help="donor models, one per training seed (default: one per seed)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--kappas", type=float, nargs="*", default=[0.5, 1.0, 2.0, 4.0])
     parser.add_argument("--out-dir", type=Path, default=ROOT / "results")
     args = parser.parse_args()
     args.seeds = args.seeds or (10 if args.mode == "replay" else 3)
     args.budget = args.budget or (160 if args.mode == "replay" else 64)
-    args.donors = args.donors or (5 if args.mode == "replay" else 3)
+    # Given its donor, a replay run hardly depends on the tuning seed (ties and update batches
+    # only): one donor per seed makes the seeds independent samples for Welch's test.
+    args.donors = args.donors or args.seeds
     if args.mode == "replay" and args.pool is None:
         parser.error("--mode replay needs --pool")
     args.out_dir = args.out_dir.resolve()
