@@ -73,8 +73,7 @@ def with_overrides(params: Params, donor: str, overrides: list[str]) -> Params:
 
 
 def train_donor(params: Params, out: Path) -> dict:
-    """Extract, train and calibrate a donor model on params.donor's store; save it to out."""
-    extract.fn(params, params.donor)
+    """Train and calibrate a donor model on params.donor's extracted store; save it to out."""
     train, val, test = donor_splits(params)
     start = time.perf_counter()
     model, config, metrics = train_on_donor(params, train, val, test,
@@ -110,6 +109,7 @@ def main() -> None:
     report: dict = {"settings": args.set, "warmup_fraction": args.warmup_fraction,
                     "held_out_operators": sorted(held), "splits": {}}
     seen = with_overrides(base, "seen", args.set)
+    extract.fn(seen, seen.donor)
     report["seen_donor"] = train_donor(seen, work / "models" / "seen")
     for fraction in (0.0, args.warmup_fraction):
         name = f"unseen-workload@{fraction:g}"
@@ -119,6 +119,7 @@ def main() -> None:
         print(f"\n== {name}\n{format_table(result)}")
 
     everything = with_overrides(base, "cpu-host", args.set)
+    extract.fn(everything, everything.donor)
     report["host_donor"] = train_donor(everything, work / "models" / "cpu-host")
     name = f"unseen-device@{args.warmup_fraction:g}"
     result = evaluate_records.fn(everything, str(work / "models" / "cpu-host"),

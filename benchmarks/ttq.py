@@ -50,6 +50,7 @@ from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from calo import plots, records, registry  # noqa: E402
 from calo.config import Params, load_params  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
+from tasks.extract import extract  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_eval import POOLS, train_donor, with_overrides  # noqa: E402
@@ -137,6 +138,8 @@ def calo_models(params: Params, work: Path, counts: dict[str, int]) -> dict[str,
     os.chdir(work)
     with tarfile.open(POOLS["cpu-host"]) as tar:
         tar.extractall(work / "data" / "records", filter="data")
+    # Head and training seed leave the graphs as they are: extract the store once for all donors.
+    extract.fn(with_overrides(params, "cpu-host", []), "cpu-host")
     out: dict[str, list[tuple]] = {}
     for head, count in counts.items():
         for seed in range(count):
@@ -191,7 +194,7 @@ def run_replay(args, params: Params, work: Path) -> dict:
                                         "deterministic": min(args.donors, args.ablation_seeds)})
 
     def donor(kind: str, seed: int) -> tuple:
-        return donors[kind][seed % args.donors]
+        return donors[kind][seed % len(donors[kind])]
 
     target = next(iter(pool.values()))[0].record.target  # the pool's, for the tuning context
     # Each builder takes the run's seed: it orders ties, and our online updates' batches.
@@ -302,7 +305,7 @@ def run_live(args, params: Params, work: Path) -> dict:
                 elif donors is None:
                     model = load_tuning_model(seeded, device)
                 else:  # live candidates are new objects every round: no graph cache
-                    model = make_calo(seeded, donors[seed % args.donors], cls=CaloCostModel,
+                    model = make_calo(seeded, donors[seed % len(donors)], cls=CaloCostModel,
                                       seed=seed)
                 run = run_tuner(seeded, device, workload, method, model,
                                 work / workload / f"{method}-{seed}")
