@@ -46,7 +46,6 @@ def main() -> None:
         for run in sorted((args.work_dir / workload).iterdir()):
             recs = [r for r in iter_records(run) if r.latency]
             model, config = donors[int(run.name.rsplit("-", 1)[1]) % len(donors)]
-            model.eval()
             graphs = [of_record(registry.graph_kind(config), r.record) for r in recs]
             with torch.inference_mode():
                 pred = model.to_log_latency(model(*collate(graphs))).gamma.numpy()
