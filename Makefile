@@ -1,4 +1,5 @@
-# `make run`: set up and run the main job (dvc repro) on the embedded default.
+# `make run`: set up and run the main job (`calo run`: dvc.yaml's stages as a Prefect flow, then
+# each target's promotion and the summary) on the embedded default.
 # `make test`: set up and run the tests.
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,8 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/dvc repro dvc.yaml
-	$(BIN)/dvc metrics show
+	$(BIN)/calo run
 
 test: setup
 	$(BIN)/pytest -q

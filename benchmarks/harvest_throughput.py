@@ -25,9 +25,9 @@ from calo.devices import preload_tensor_intrinsics
 
 preload_tensor_intrinsics()  # before torch_geometric is imported, outside any timing
 
-from calo import records  # noqa: E402
+from calo import paths, records  # noqa: E402
 from calo.build import build_and_export  # noqa: E402
-from calo.config import Params, load_params  # noqa: E402
+from calo.config import Settings, load_settings  # noqa: E402
 from calo.devices import make_target  # noqa: E402
 from calo.measure import evaluator_config  # noqa: E402
 
@@ -36,34 +36,32 @@ DEVICE = "bench-cpu"
 WORKLOADS = ["matmul", "conv2d", "depthwise-conv2d", "layer-norm", "sdp-attention", "mlp2"]
 
 
-def bench_params(base: Params, warm: bool) -> Params:
-    raw = json.loads(json.dumps(base.raw))
-    donor = raw["devices"][base.donor]
-    raw["devices"][DEVICE] = {"target": donor["target"], "runner": donor.get("runner", {}),
-                              "evolved_fraction": 0.0}
-    raw["harvest"]["warm_builders"] = warm
-    return Params(raw=raw, path=base.path)
+def bench_settings(base: Settings, warm: bool) -> Settings:
+    donor = base.device(base.donor)
+    return base.override({f"devices.{DEVICE}": {"target": donor.target, "runner": donor.runner,
+                                                "evolved_fraction": 0.0},
+                          "harvest.warm_builders": warm})
 
 
-def harvest_once(params: Params, workloads: list[str], count: int, root: Path) -> dict:
-    from tasks.harvest import harvest
+def harvest_once(settings: Settings, workloads: list[str], count: int, root: Path) -> dict:
+    from calo.tasks.harvest import harvest
 
     os.chdir(root)  # data/ is relative to the working directory: a fresh store per mode
     start = time.perf_counter()
-    summary = harvest.fn(params, DEVICE, workloads, count)
+    summary = harvest(settings, DEVICE, workloads, count)
     wall = time.perf_counter() - start
-    recs = list(records.iter_records(params.records_dir(DEVICE)))
+    recs = list(records.iter_records(paths.records_dir(DEVICE)))
     return {"wall_s": wall, "records": len(recs), "failed": summary["failed"],
             "records_per_s": len(recs) / wall, "recs": recs}
 
 
-def pure_costs(params: Params, recs: list[records.Record]) -> tuple[float, float]:
+def pure_costs(settings: Settings, recs: list[records.Record]) -> tuple[float, float]:
     """Build, then load and measure, each candidate alone in this process."""
     import tvm
     from tvm.s_tir.meta_schedule.runner import local_runner
 
-    target = make_target(params.device(DEVICE))
-    config = evaluator_config(params["harvest"])
+    target = make_target(settings.device(DEVICE))
+    config = evaluator_config(settings.harvest)
     dev = tvm.cpu(0)
     build_s = run_s = 0.0
     for i, rec in enumerate(recs):
@@ -88,7 +86,7 @@ def main() -> None:
     parser.add_argument("--workload", action="append", help="suite workload (repeatable)")
     args = parser.parse_args()
     workloads = args.workload or WORKLOADS
-    base = load_params(Path("params.yaml").resolve())
+    base = load_settings(Path("params.yaml").resolve())
     threads = base.device(base.donor).runner.get("num_threads")
     if threads:
         os.environ["TVM_NUM_THREADS"] = str(threads)  # pure runs use the device's threads too
@@ -96,17 +94,17 @@ def main() -> None:
     runs = {}
     for mode, warm in (("localbuilder", False), ("warm", True)):
         with tempfile.TemporaryDirectory(prefix=f"calo-bench-{mode}-") as root:
-            runs[mode] = harvest_once(bench_params(base, warm), workloads, args.count, Path(root))
+            runs[mode] = harvest_once(bench_settings(base, warm), workloads, args.count, Path(root))
     ids = [{records.candidate_id(r.workload_key, r.record.trace) for r in run["recs"]}
            for run in runs.values()]
     same = len(ids[0] & ids[1]) / max(len(ids[0] | ids[1]), 1)
     ok = [r for r in runs["warm"]["recs"] if r.latency is not None]
-    build_s, run_s = pure_costs(bench_params(base, True), ok)
+    build_s, run_s = pure_costs(bench_settings(base, True), ok)
     # Failed candidates are rare and cheap; efficiency counts the successful ones only.
     pure = build_s + run_s
     report = {"workloads": workloads, "candidates_per_workload": args.count,
               "shared_candidates_fraction": same, "cpu_count": os.cpu_count(),
-              "build_workers": base["harvest"]["build_workers"],
+              "build_workers": base.harvest.build_workers,
               "pure_build_s": build_s, "pure_run_s": run_s, "successful_records": len(ok)}
     print(f"{len(workloads)} workloads x {args.count} candidates, {same:.0%} of them the same "
           f"in both modes; pure build {build_s:.1f} s + pure run {run_s:.1f} s")

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from scipy.stats import kendalltau  # noqa: E402
 
-from calo import registry  # noqa: E402
+from calo.artifact import TrainedModel  # noqa: E402
 from calo.dataset import collate  # noqa: E402
 from calo.graphs import of_record  # noqa: E402
 from calo.records import iter_records  # noqa: E402
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--workload", action="append")
     args = parser.parse_args()
     # ttq.py trains one donor per training seed; tuning seed s used donor s % len(donors).
-    donors = [registry.load_model(args.work_dir / "models" / f"evidential-{i}")
+    donors = [TrainedModel.load(args.work_dir / "models" / f"evidential-{i}")
               for i in range(len(list((args.work_dir / "models").glob("evidential-*"))))]
     if not donors:
         raise SystemExit(f"no donor models under {args.work_dir / 'models'}: pass the work "
@@ -45,10 +45,10 @@ def main() -> None:
     for workload in workloads:
         for run in sorted((args.work_dir / workload).iterdir()):
             recs = [r for r in iter_records(run) if r.latency]
-            model, config = donors[int(run.name.rsplit("-", 1)[1]) % len(donors)]
-            graphs = [of_record(registry.graph_kind(config), r.record) for r in recs]
+            donor = donors[int(run.name.rsplit("-", 1)[1]) % len(donors)]
+            graphs = [of_record(donor.graph_kind, r.record) for r in recs]
             with torch.inference_mode():
-                pred = model.to_log_latency(model(*collate(graphs))).gamma.numpy()
+                pred = donor.net.to_log_latency(donor.net(*collate(graphs))).gamma.numpy()
             true = np.log([r.latency for r in recs])
             print(f"{workload + '/' + run.name:<34}{kendalltau(pred, true)[0]:7.3f}"
                   f"{pred.std():13.3f}{true.std():13.3f}{np.exp(true.min()) * 1e6:9.1f}")

@@ -21,7 +21,6 @@ Prints both tables and writes benchmarks/results/offline_eval.json (or --out).
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import os
@@ -36,13 +35,11 @@ preload_tensor_intrinsics()  # before torch_geometric is imported
 
 import yaml  # noqa: E402
 
-from calo import records, registry, suite  # noqa: E402
-from calo.config import Params, load_params  # noqa: E402
-from calo.evaluation import predictive  # noqa: E402
-from models.calibration import confidence_levels, fit_temperature  # noqa: E402
-from tasks.evaluate import evaluate_records, format_table  # noqa: E402
-from tasks.extract import extract  # noqa: E402
-from tasks.pretrain import donor_splits, train_kwargs, train_on_donor  # noqa: E402
+from calo import records, suite  # noqa: E402
+from calo.config import Settings, load_settings  # noqa: E402
+from calo.tasks.evaluate import evaluate_records, format_table  # noqa: E402
+from calo.tasks.extract import extract  # noqa: E402
+from calo.tasks.pretrain import donor_splits, train_on_donor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 POOLS = {"cpu-host": ROOT / "data" / "suite-cpu-host.tar.gz",
@@ -61,28 +58,23 @@ def held_out_operators(names: list[str]) -> set[str]:
     return held
 
 
-def with_overrides(params: Params, donor: str, overrides: list[str]) -> Params:
-    raw = copy.deepcopy(params.raw)
-    raw["donor"] = donor
-    raw["devices"][donor] = {"target": {"kind": "llvm"}, "candidates_per_workload": 0}
+def with_overrides(settings: Settings, donor: str, overrides: list[str]) -> Settings:
+    """The settings with `donor` as the donor device and SECTION.KEY=VALUE overrides."""
+    changes = {"donor": donor,
+               f"devices.{donor}": {"target": {"kind": "llvm"}, "candidates_per_workload": 0}}
     for item in overrides:
         key, _, value = item.partition("=")
-        section, _, field = key.partition(".")
-        raw[section][field] = yaml.safe_load(value)
-    return Params(raw=raw, path=params.path)
+        changes[key] = yaml.safe_load(value)
+    return settings.override(changes)
 
 
-def train_donor(params: Params, out: Path) -> dict:
-    """Train and calibrate a donor model on params.donor's extracted store; save it to out."""
-    train, val, test = donor_splits(params)
+def train_donor(settings: Settings, out: Path) -> dict:
+    """Train and calibrate a donor model on settings.donor's extracted store; save it to out."""
+    train, val, test = donor_splits(settings)
     start = time.perf_counter()
-    model, config, metrics = train_on_donor(params, train, val, test,
-                                            train_kwargs(params["train"]))
-    levels = confidence_levels(params["calibrate"]["levels"])
-    config["temperature"] = fit_temperature(*predictive(model, val), levels)
-    registry.save_model(model, config, out)
-    return {"train_graphs": len(train), "train_s": time.perf_counter() - start,
-            "temperature": config["temperature"], **metrics}
+    trained, metrics = train_on_donor(settings, train, val, test)
+    trained.save(out)
+    return {"train_graphs": len(train), "train_s": time.perf_counter() - start, **metrics}
 
 
 def main() -> None:
@@ -93,7 +85,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "offline_eval.json")
     args = parser.parse_args()
     args.out = args.out.resolve()
-    base = load_params(Path("params.yaml").resolve())
+    base = load_settings(Path("params.yaml").resolve())
     work = Path(tempfile.mkdtemp(prefix="calo-offline-eval-"))
     os.chdir(work)  # data/ and mlflow.db of this evaluation stay out of the project's
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
@@ -109,20 +101,20 @@ def main() -> None:
     report: dict = {"settings": args.set, "warmup_fraction": args.warmup_fraction,
                     "held_out_operators": sorted(held), "splits": {}}
     seen = with_overrides(base, "seen", args.set)
-    extract.fn(seen, seen.donor)
+    extract(seen, seen.donor)
     report["seen_donor"] = train_donor(seen, work / "models" / "seen")
     for fraction in (0.0, args.warmup_fraction):
         name = f"unseen-workload@{fraction:g}"
-        result = evaluate_records.fn(seen, str(work / "models" / "seen"),
+        result = evaluate_records(seen, str(work / "models" / "seen"),
                                      str(work / "data/records/unseen"), fraction)
         report["splits"][name] = result
         print(f"\n== {name}\n{format_table(result)}")
 
     everything = with_overrides(base, "cpu-host", args.set)
-    extract.fn(everything, everything.donor)
+    extract(everything, everything.donor)
     report["host_donor"] = train_donor(everything, work / "models" / "cpu-host")
     name = f"unseen-device@{args.warmup_fraction:g}"
-    result = evaluate_records.fn(everything, str(work / "models" / "cpu-host"),
+    result = evaluate_records(everything, str(work / "models" / "cpu-host"),
                                  str(work / "data/records/cpu-generic-1core"),
                                  args.warmup_fraction)
     report["splits"][name] = result

@@ -36,8 +36,10 @@ import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
-from calo import records, registry  # noqa: E402
-from calo.config import load_params  # noqa: E402
+from calo import records  # noqa: E402
+from calo.artifact import TrainedModel  # noqa: E402
+from calo.baselines import train_on, xgb_model  # noqa: E402
+from calo.config import load_settings  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
 from calo.dataset import collate  # noqa: E402
 from calo.devices import make_target  # noqa: E402
@@ -113,10 +115,9 @@ def main() -> None:
                         help="also time torch.compile'd forward (compiling takes ~30 s)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "predict_latency.json")
     args = parser.parse_args()
-    params = load_params(Path("params.yaml").resolve())
-    device = params.device(params.donor)
-    target = make_target(device)
-    mod = create_mod(params.workload(args.workload))
+    settings = load_settings(Path("params.yaml").resolve())
+    target = make_target(settings.device(settings.donor))
+    mod = create_mod(settings.workload(args.workload))
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
                          search_strategy="replay-trace", task_name=args.workload, rand_state=0,
                          num_threads=os.cpu_count() or 1)
@@ -126,15 +127,11 @@ def main() -> None:
         tar.extractall(tmp, filter="data")
         measured = [r for r in records.iter_records(Path(tmp) / "cpu-host")
                     if r.workload_name == args.workload and r.latency is not None]
-    xgb = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**6,
-                                 num_tuning_cores=os.cpu_count() or 1)
-    xgb.update(ctx, [r.record.as_measure_candidate() for r in measured],
-               [ms.runner.RunnerResult(r.record.run_secs, None) for r in measured])
-    model, config = registry.new_model(params)
-    cfg = params["tune"]
-    calo = CaloCostModel(model.eval(), 1.0, graph_kind=config["graph"], kappa_c=cfg["kappa_c"],
-                         kappa_offset=cfg["kappa_offset"], update_steps=0, update_lr=0.0,
-                         lam=params["train"]["lam"])
+    xgb = train_on(xgb_model(os.cpu_count() or 1), ctx, measured)
+    trained = TrainedModel.new(settings)
+    trained.net.eval()
+    model = trained.net
+    calo = CaloCostModel.from_settings(trained, settings.tune, settings.train, update_steps=0)
 
     calo.predict(ctx, pops[0])  # first calls pay one-time costs (allocations, lazy imports)
     xgb.predict(ctx, pops[0])
@@ -148,7 +145,7 @@ def main() -> None:
                                args.compile)
     result = {
         "workload": args.workload, "population": args.population, "repeat": args.repeat,
-        "graph_kind": config["graph"], "torch_threads": torch.get_num_threads(),
+        "graph_kind": trained.graph_kind, "torch_threads": torch.get_num_threads(),
         "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
         "xgb_trained_on": len(measured),
         "calo": {"median_ms": med["calo"], "featurize_median_ms": med["calo_featurize"],

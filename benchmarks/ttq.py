@@ -47,10 +47,12 @@ import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
-from calo import plots, records, registry  # noqa: E402
-from calo.config import Params, load_params  # noqa: E402
+from calo import plots, records  # noqa: E402
+from calo.artifact import TrainedModel  # noqa: E402
+from calo.baselines import xgb_model  # noqa: E402
+from calo.config import Settings, load_settings  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
-from tasks.extract import extract  # noqa: E402
+from calo.tasks.extract import extract  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_eval import POOLS, train_donor, with_overrides  # noqa: E402
@@ -130,7 +132,8 @@ def load_pool(path: Path, min_pool: int) -> dict[str, list]:
     return pool
 
 
-def calo_models(params: Params, work: Path, counts: dict[str, int]) -> dict[str, list[tuple]]:
+def calo_models(settings: Settings, work: Path, counts: dict[str, int]
+                ) -> dict[str, list[TrainedModel]]:
     """Donor models trained on the committed cpu-host suite pool, `counts[head]` of each head
     (evidential, deterministic), one per training seed: tuning seed s uses donor s, so a figure
     is not one donor's luck (donors of different seeds moved replay TTQs by a factor of two on
@@ -139,28 +142,26 @@ def calo_models(params: Params, work: Path, counts: dict[str, int]) -> dict[str,
     with tarfile.open(POOLS["cpu-host"]) as tar:
         tar.extractall(work / "data" / "records", filter="data")
     # Head and training seed leave the graphs as they are: extract the store once for all donors.
-    extract.fn(with_overrides(params, "cpu-host", []), "cpu-host")
-    out: dict[str, list[tuple]] = {}
+    extract(with_overrides(settings, "cpu-host", []), "cpu-host")
+    out: dict[str, list[TrainedModel]] = {}
     for head, count in counts.items():
         for seed in range(count):
             sets = [f"model.head={head}", f"train.seed={seed}"]
-            info = train_donor(with_overrides(params, "cpu-host", sets),
-                               work / "models" / f"{head}-{seed}")
-            model, config = registry.load_model(work / "models" / f"{head}-{seed}")
-            out.setdefault(head, []).append((model, config, info["temperature"]))
+            train_donor(with_overrides(settings, "cpu-host", sets),
+                        work / "models" / f"{head}-{seed}")
+            out.setdefault(head, []).append(
+                TrainedModel.load(work / "models" / f"{head}-{seed}"))
     return out
 
 
-def make_calo(params: Params, donor: tuple, cls=CachedCalo, **overrides) -> CaloCostModel:
-    model, config, tau = donor
-    cfg = {**params["tune"], **overrides}
-    return cls(copy.deepcopy(model), cfg.get("temperature", tau),
-                      graph_kind=registry.graph_kind(config), kappa_c=cfg["kappa_c"],
-                      kappa_offset=cfg["kappa_offset"], update_steps=cfg["update_steps"],
-                      update_lr=cfg["update_lr"], lam=params["train"]["lam"],
-                      rank_weight=cfg["update_rank_weight"],
-                      head_only=cfg["update_layers"] == "head",
-                      constant_kappa=cfg.get("constant_kappa"), seed=cfg["seed"])
+def make_calo(settings: Settings, donor: TrainedModel, cls=CachedCalo, temperature=None,
+              **overrides) -> CaloCostModel:
+    """A fresh copy of the donor as the tuning model (temperature: the no-calibration
+    ablation's override)."""
+    trained = copy.deepcopy(donor)
+    if temperature is not None:
+        trained.temperature = temperature
+    return cls.from_settings(trained, settings.tune, settings.train, **overrides)
 
 
 def welch_p(a: list[int], b: list[int]) -> float:
@@ -188,29 +189,29 @@ def summarize(ttqs: dict[str, dict[str, list[int]]], baseline: str = "xgb") -> d
     return {"per_workload": per_workload, "geomean_ratio_vs_xgb": geomean}
 
 
-def run_replay(args, params: Params, work: Path) -> dict:
+def run_replay(args, settings: Settings, work: Path) -> dict:
     pool = load_pool(args.pool, args.min_pool)
-    donors = calo_models(params, work, {"evidential": args.donors,
+    donors = calo_models(settings, work, {"evidential": args.donors,
                                         "deterministic": min(args.donors, args.ablation_seeds)})
 
-    def donor(kind: str, seed: int) -> tuple:
+    def donor(kind: str, seed: int) -> TrainedModel:
         return donors[kind][seed % len(donors[kind])]
 
     target = next(iter(pool.values()))[0].record.target  # the pool's, for the tuning context
     # Each builder takes the run's seed: it orders ties, and our online updates' batches.
     variants = {
-        "calo": lambda s: make_calo(params, donor("evidential", s), seed=s),
-        **{f"kappa={k:g}": (lambda s, k=k: make_calo(params, donor("evidential", s), seed=s,
+        "calo": lambda s: make_calo(settings, donor("evidential", s), seed=s),
+        **{f"kappa={k:g}": (lambda s, k=k: make_calo(settings, donor("evidential", s), seed=s,
                                                      constant_kappa=k)) for k in args.kappas},
-        "deterministic": lambda s: make_calo(params, donor("deterministic", s), seed=s),
-        "zero-shot": lambda s: make_calo(params, donor("evidential", s), seed=s, update_steps=0),
-        "no-calibration": lambda s: make_calo(params, donor("evidential", s), seed=s,
+        "deterministic": lambda s: make_calo(settings, donor("deterministic", s), seed=s),
+        "zero-shot": lambda s: make_calo(settings, donor("evidential", s), seed=s,
+                                         update_steps=0),
+        "no-calibration": lambda s: make_calo(settings, donor("evidential", s), seed=s,
                                               temperature=1.0),
         # TVM's defaults, as tune_tir uses them: random scores until 100 measurements.
-        "xgb": lambda s: ms.cost_model.XGBModel(num_tuning_cores=os.cpu_count() or 1),
+        "xgb": lambda s: xgb_model(os.cpu_count() or 1, warmup=True),
         # The stronger baseline: XGBoost's own predictions from the first measurement on.
-        XGB_NO_WARMUP: lambda s: ms.cost_model.XGBModel(num_warmup_samples=0,
-                                                         num_tuning_cores=os.cpu_count() or 1),
+        XGB_NO_WARMUP: lambda s: xgb_model(os.cpu_count() or 1),
     }
     ttqs: dict[str, dict[str, list[int]]] = {}
     curves: dict[str, list[float]] = {}
@@ -265,21 +266,20 @@ def run_replay(args, params: Params, work: Path) -> dict:
     }
 
 
-def run_live(args, params: Params, work: Path) -> dict:
-    from calo.config import CaloError
-    from tasks.tune import load_tuning_model, run_tuner
+def run_live(args, settings: Settings, work: Path) -> dict:
+    from calo.errors import CaloError
+    from calo.tasks.tune import load_tuning_model, run_tuner
 
-    raw = copy.deepcopy(params.raw)
-    raw["tune"]["max_trials"] = args.budget
-    device = params.targets[0]
+    settings = settings.override({"tune.max_trials": args.budget})
+    device = settings.targets[0]
     # The pipeline's fine-tuned, calibrated model when `make run` has made one; otherwise the
     # replay's donor model, trained here on the committed cpu-host suite pool.
     try:
-        load_tuning_model(params, device)
+        load_tuning_model(settings, device)
         donors, model_source = None, f"pipeline model of {device}"
     except CaloError:
         cwd = Path.cwd()
-        donors = calo_models(params, work, {"evidential": args.donors})["evidential"]
+        donors = calo_models(settings, work, {"evidential": args.donors})["evidential"]
         model_source = f"{args.donors} donors (cpu-host pool)"
         os.chdir(cwd)
     print(f"live: tuning on {device} with the {model_source}", flush=True)
@@ -287,27 +287,25 @@ def run_live(args, params: Params, work: Path) -> dict:
     curves: dict[str, list[float]] = {}
     workloads = args.workload or LIVE_WORKLOADS
     try:
-        params.workloads(workloads)  # an unknown name fails here, before any tuning
+        settings.workloads_named(workloads)  # an unknown name fails here, before any tuning
     except CaloError as err:
         raise SystemExit(str(err)) from None
     done: dict[str, dict] = {}  # per-run curves and wall times, saved as they come
     for workload in workloads:
         runs: dict[str, list[list[float]]] = {m: [] for m in MAIN}
         for seed in range(args.seeds):
-            raw["tune"]["seed"] = seed
-            seeded = Params(raw=copy.deepcopy(raw), path=params.path)
+            seeded = settings.override({"tune.seed": seed})
             for method in runs:
                 if method == "xgb":
                     model = "xgb"  # tune_tir's own default
                 elif method == XGB_NO_WARMUP:
-                    model = ms.cost_model.XGBModel(num_warmup_samples=0,
-                                                   num_tuning_cores=os.cpu_count() or 1)
+                    model = xgb_model(os.cpu_count() or 1)
                 elif donors is None:
                     model = load_tuning_model(seeded, device)
                 else:  # live candidates are new objects every round: no graph cache
                     model = make_calo(seeded, donors[seed % len(donors)], cls=CaloCostModel,
                                       seed=seed)
-                run = run_tuner(seeded, device, workload, method, model,
+                run = run_tuner(seeded, device, workload, model,
                                 work / workload / f"{method}-{seed}")
                 runs[method].append(run["curve"] + [run["curve"][-1]] * (
                     args.budget - len(run["curve"])))
@@ -361,10 +359,10 @@ def main() -> None:
     args.out_dir = args.out_dir.resolve()
     if args.pool is not None:
         args.pool = args.pool.resolve()
-    params = load_params(Path("params.yaml").resolve())
+    settings = load_settings(Path("params.yaml").resolve())
     work = Path(tempfile.mkdtemp(prefix="calo-ttq-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-    report = (run_replay if args.mode == "replay" else run_live)(args, params, work)
+    report = (run_replay if args.mode == "replay" else run_live)(args, settings, work)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     png = plots.best_so_far(args.out_dir / f"ttq_{args.mode}.png", report.pop("curves"),
                             f"TTQ {args.mode}: mean best-so-far / oracle",

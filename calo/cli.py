@@ -1,4 +1,5 @@
-"""`calo`: run the pipeline's stages, each as a Prefect flow.
+"""`calo`: the pipeline's stages (what dvc.yaml runs), the whole pipeline as a Prefect flow, and
+the tools around them.
 
 Every command checks its inputs (devices, workloads, targets, the files the stage reads) before
 any work starts, and stops with one line naming the problem.
@@ -13,9 +14,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from calo.config import CaloError, Params, load_params
+from calo import paths
+from calo.config import Settings, load_settings
+from calo.errors import CaloError
 
-STAGES = """stages, in pipeline order:
+STAGES = """commands (dvc.yaml is the pipeline: `dvc dag` shows its order):
   workloads  list the built-in operator suite (and params.yaml's own workloads)
   harvest    sample Meta-Schedule candidates on a device, build and measure them, append to
              data/records/<device>/ (a TVM JSON database); tops up, never re-measures
@@ -24,21 +27,24 @@ STAGES = """stages, in pipeline order:
   extract    one schedule graph (loops, blocks, buffers; typed edges) per measured record
   pretrain   train the evidential GraphSAGE model on the donor's graphs; registry alias 'donor'
   sweep      the paper's grid (lr x weight decay x lambda) on the donor, one MLflow run each
-  finetune   adapt the donor model to a device on its warm-up probes; alias = device name
+  finetune   adapt the donor model to a device on its warm-up probes
   calibrate  fit the variance temperature on validation probes; ECE/NLL before and after
   tune       tune_tir with CALO-GNN (UEC-UCB) and with TVM's XGBoost model, same budget and seed
+  promote    register a device's calibrated model; its alias moves only if it beats the current one
   evaluate   Kendall tau, top-1/top-5, regret, ECE, NLL, RMSE of a model on any TVM database,
              beside TVM's XGBoost trained on the warm-up records (and on donor + warm-up)
-  run        the per-device flow: warm-up harvest -> extract -> finetune -> calibrate -> tune
+  run        the pipeline as a Prefect flow: the stages of dvc.yaml (of one device with --device),
+             then promote, then the summary
+  summary    calibration, promotion and tuning figures of the target devices
   device     add a device (checked, recorded in params.yaml, deployed to a Prefect server with
              its schedule), deploy an existing one, list devices with their current models
 """
 
 
-def _check_device(params: Params, name: str, target_only: bool = False) -> None:
+def _check_device(settings: Settings, name: str, target_only: bool = False) -> None:
     from calo.devices import make_target  # imports TVM: only once the cheap checks passed
 
-    device = params.target_device(name) if target_only else params.device(name)
+    device = settings.target_device(name) if target_only else settings.device(name)
     make_target(device)
 
 
@@ -48,19 +54,29 @@ def _preload_for_tuning() -> None:
     preload_tensor_intrinsics()
 
 
-def _require(path, message: str) -> None:
+def _require(path: Path, message: str) -> None:
     if not path.exists():
         raise CaloError(message)
 
 
-def _cmd_workloads(params: Params, args) -> Callable[[], dict]:
+def _database(path: str, flag: str) -> Path:
+    from calo.records import RECORD_FILE, WORKLOAD_FILE
+
+    source = Path(path)
+    if not (source / WORKLOAD_FILE).is_file() or not (source / RECORD_FILE).is_file():
+        raise CaloError(f"{flag}{source} is not a TVM JSON database "
+                        f"(expected {WORKLOAD_FILE} and {RECORD_FILE})")
+    return source
+
+
+def _cmd_workloads(settings: Settings, args) -> Callable[[], dict]:
     from calo import suite
 
-    rows = [(name, suite.family(name), params.workload(name)) for name in suite.names()]
+    rows = [(name, suite.family(name), settings.workload(name)) for name in suite.names()]
     if args.paper:
-        rows = [(n, suite.family(n), params.workload(n)) for n in suite.names(suite.PAPER)]
-    own = [n for n in params["workloads"] if suite.resolve(n) is None]
-    rows += [(name, "params.yaml", params.workload(name)) for name in own]
+        rows = [(n, suite.family(n), settings.workload(n)) for n in suite.names(suite.PAPER)]
+    own = [n for n in settings.workloads if suite.resolve(n) is None]
+    rows += [(name, "params.yaml", settings.workload(name)) for name in own]
     width = max(len(r[0]) for r in rows)
     for name, family, wl in rows:
         shape = " ".join(f"{k}={v}" for k, v in wl.args.items())
@@ -71,12 +87,12 @@ def _cmd_workloads(params: Params, args) -> Callable[[], dict]:
     return lambda: {"workloads": len(rows), "families": families}
 
 
-def _cmd_records(params: Params, args) -> Callable[[], dict]:
+def _cmd_records(settings: Settings, args) -> Callable[[], dict]:
     """Counts of a device's store by operator family, source and status."""
     from calo import records, suite
 
-    params.device(args.device)
-    store = params.records_dir(args.device)
+    settings.device(args.device)
+    store = paths.records_dir(args.device)
     _require(store / records.RECORD_FILE, f"no records for device '{args.device}' in {store}")
     table: dict[str, dict[str, int]] = {}
     for rec in records.iter_records(store):
@@ -91,129 +107,124 @@ def _cmd_records(params: Params, args) -> Callable[[], dict]:
     return lambda: {"device": args.device, "by_family": table, "total": total}
 
 
-def _harvest_names(params: Params, args) -> list[str]:
+def _cmd_harvest(settings: Settings, args) -> Callable[[], dict]:
+    _check_device(settings, args.device)
     if args.suite:
         from calo import suite
 
-        return suite.names()
-    return args.workload or params["harvest"]["workloads"]
-
-
-def _cmd_harvest(params: Params, args) -> Callable[[], dict]:
-    _check_device(params, args.device)
-    names = _harvest_names(params, args)
-    params.workloads(names)
+        names = suite.names()
+    else:
+        names = args.workload or list(settings.harvest.workloads)
+    settings.workloads_named(names)
     if args.count is not None and args.count < 0:
         raise CaloError(f"--count must be >= 0, got {args.count}")
-    _preload_for_tuning()
-    from flows.pipeline import harvest_flow
+    from calo.tasks.harvest import harvest
 
-    return lambda: harvest_flow(args.device, names, args.count, params_path=str(params.path))
-
-
-def _cmd_import(params: Params, args) -> Callable[[], dict]:
-    _check_device(params, args.device)
-    from calo.records import RECORD_FILE, WORKLOAD_FILE
-
-    source = Path(args.path)
-    if not (source / WORKLOAD_FILE).is_file() or not (source / RECORD_FILE).is_file():
-        raise CaloError(f"{source} is not a TVM JSON database "
-                        f"(expected {WORKLOAD_FILE} and {RECORD_FILE})")
-    from flows.pipeline import import_flow
-
-    return lambda: import_flow(args.device, str(source.resolve()), params_path=str(params.path))
+    return lambda: harvest(settings, args.device, names, args.count)
 
 
-def _cmd_extract(params: Params, args) -> Callable[[], dict]:
-    params.device(args.device)
+def _cmd_import(settings: Settings, args) -> Callable[[], dict]:
+    _check_device(settings, args.device)
+    source = _database(args.path, "")
+    from calo.tasks.import_records import import_records
+
+    return lambda: import_records(settings, args.device, source.resolve())
+
+
+def _cmd_extract(settings: Settings, args) -> Callable[[], dict]:
     from calo.records import RECORD_FILE
 
-    _require(params.records_dir(args.device) / RECORD_FILE,
-             f"no records for device '{args.device}' in {params.records_dir(args.device)}: "
-             "run `calo harvest` first")
-    from flows.pipeline import extract_flow
+    settings.device(args.device)
+    store = paths.records_dir(args.device)
+    _require(store / RECORD_FILE,
+             f"no records for device '{args.device}' in {store}: run `calo harvest` first")
+    from calo.tasks.extract import extract
 
-    return lambda: extract_flow(args.device, params_path=str(params.path))
-
-
-def _cmd_pretrain(params: Params, args) -> Callable[[], dict]:
-    _require(params.graphs_path(params.donor),
-             f"no graphs for donor '{params.donor}': run `calo harvest` and `calo extract` first")
-    from flows.pipeline import pretrain_flow
-
-    return lambda: pretrain_flow(params_path=str(params.path))
+    return lambda: extract(settings, args.device)
 
 
-def _cmd_sweep(params: Params, args) -> Callable[[], dict]:
-    _require(params.graphs_path(params.donor),
-             f"no graphs for donor '{params.donor}': run `calo harvest` and `calo extract` first")
-    from flows.pipeline import sweep_flow
-
-    return lambda: sweep_flow(params_path=str(params.path))
+def _require_donor_graphs(settings: Settings) -> None:
+    _require(paths.graphs_path(settings.donor),
+             f"no graphs for donor '{settings.donor}': run `calo harvest` and `calo extract` "
+             "first")
 
 
-def _donor_available(params: Params) -> None:
-    from calo import registry
+def _cmd_pretrain(settings: Settings, args) -> Callable[[], dict]:
+    _require_donor_graphs(settings)
+    from calo.tasks.pretrain import pretrain
 
-    if (params.model_dir(params.donor) / registry.WEIGHTS).is_file():
-        return
-    client = registry.connect(params)
-    try:
-        client.get_model_version_by_alias(params["mlflow"]["model_name"], "donor")
-    except Exception:
-        raise CaloError("no donor model (no pipeline output and no registry alias 'donor'): "
-                        "run `calo pretrain` first") from None
+    return lambda: pretrain(settings)
 
 
-def _cmd_finetune(params: Params, args) -> Callable[[], dict]:
-    params.target_device(args.device)
-    _require(params.graphs_path(args.device),
+def _cmd_sweep(settings: Settings, args) -> Callable[[], dict]:
+    _require_donor_graphs(settings)
+    from calo.tasks.sweep import sweep
+
+    return lambda: sweep(settings)
+
+
+def _cmd_finetune(settings: Settings, args) -> Callable[[], dict]:
+    settings.target_device(args.device)
+    _require(paths.graphs_path(args.device),
              f"no graphs for device '{args.device}': run `calo harvest` and `calo extract` first")
-    _donor_available(params)
-    from flows.pipeline import finetune_flow
+    _require(paths.model_dir(settings.donor),
+             f"no donor model in {paths.model_dir(settings.donor)}: run `calo pretrain` first")
+    from calo.tasks.finetune import finetune
 
-    return lambda: finetune_flow(args.device, params_path=str(params.path))
+    return lambda: finetune(settings, args.device)
 
 
-def _cmd_calibrate(params: Params, args) -> Callable[[], dict]:
-    params.target_device(args.device)
-    _require(params.model_dir(args.device),
+def _cmd_calibrate(settings: Settings, args) -> Callable[[], dict]:
+    settings.target_device(args.device)
+    _require(paths.model_dir(args.device),
              f"no fine-tuned model for device '{args.device}': run `calo finetune` first")
-    from flows.pipeline import calibrate_flow
+    from calo.tasks.calibrate import calibrate
 
-    return lambda: calibrate_flow(args.device, params_path=str(params.path))
+    return lambda: calibrate(settings, args.device)
 
 
-def _cmd_tune(params: Params, args) -> Callable[[], dict]:
-    _check_device(params, args.device, target_only=True)
-    names = args.workload or params["tune"]["workloads"]
-    params.workloads(names)
-    _require(params.calibration_path(args.device),
+def _targets(settings: Settings, args) -> list[str]:
+    devices = [args.device] if args.device else list(settings.targets)
+    for name in devices:
+        settings.target_device(name)
+    return devices
+
+
+def _cmd_promote(settings: Settings, args) -> Callable[[], dict]:
+    devices = _targets(settings, args)
+    for name in devices:
+        _require(paths.calibrated_dir(name),
+                 f"no calibrated model for device '{name}': run `calo calibrate` first")
+    from calo.tasks.promote import promote
+
+    return lambda: {name: promote(settings, name) for name in devices}
+
+
+def _cmd_tune(settings: Settings, args) -> Callable[[], dict]:
+    _check_device(settings, args.device, target_only=True)
+    names = args.workload or list(settings.tune.workloads)
+    settings.workloads_named(names)
+    _require(paths.calibrated_dir(args.device),
              f"no calibrated model for device '{args.device}': run `calo calibrate` first")
     _preload_for_tuning()
-    from flows.pipeline import tune_flow
+    from calo.tasks.tune import tune_device
 
-    return lambda: tune_flow(args.device, names, params_path=str(params.path))
+    return lambda: tune_device(settings, args.device, names)
 
 
-def _cmd_evaluate(params: Params, args) -> Callable[[], dict]:
-    from calo.records import RECORD_FILE, WORKLOAD_FILE
-
-    source = Path(args.records)
-    if not (source / WORKLOAD_FILE).is_file() or not (source / RECORD_FILE).is_file():
-        raise CaloError(f"{source} is not a TVM JSON database "
-                        f"(expected {WORKLOAD_FILE} and {RECORD_FILE})")
+def _cmd_evaluate(settings: Settings, args) -> Callable[[], dict]:
+    source = _database(args.records, "--records: ")
     if not 0 <= args.warmup_fraction < 1:
         raise CaloError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
     out = Path(args.json) if args.json else None
     if out is not None and not out.parent.is_dir():
         raise CaloError(f"--json: directory {out.parent} does not exist")
-    from flows.pipeline import evaluate_flow
-    from tasks.evaluate import format_table
+    _preload_for_tuning()
+    from calo.tasks.evaluate import evaluate_records, format_table
 
     def work() -> dict:
-        report = evaluate_flow(args.model, str(source.resolve()), args.warmup_fraction,
-                               params_path=str(params.path))
+        report = evaluate_records(settings, args.model, str(source.resolve()),
+                                  args.warmup_fraction)
         print(format_table(report), file=sys.stderr)
         if out is not None:
             out.write_text(json.dumps(report, indent=1))
@@ -222,40 +233,53 @@ def _cmd_evaluate(params: Params, args) -> Callable[[], dict]:
     return work
 
 
-def _cmd_device_add(params: Params, args) -> Callable[[], dict]:
+def _cmd_summary(settings: Settings, args) -> Callable[[], dict]:
+    from calo.summary import format_summary
+
+    devices = _targets(settings, args)
+    print(format_summary(settings, devices))
+    return lambda: {"devices": devices}
+
+
+def _cmd_device_add(settings: Settings, args) -> Callable[[], dict]:
     from calo import fleet
 
     entry = fleet.device_entry(args.target, args.runner, args.host, args.port, args.key,
                                args.threads, args.count)
-    return lambda: fleet.add_device(params, args.name, entry, args.cron, args.pool)
+    return lambda: fleet.add_device(settings, args.name, entry, args.cron, args.pool)
 
 
-def _cmd_device_deploy(params: Params, args) -> Callable[[], dict]:
+def _cmd_device_deploy(settings: Settings, args) -> Callable[[], dict]:
     from calo import fleet
 
-    params.target_device(args.name)
+    settings.target_device(args.name)
     return lambda: {"deployment": f"{fleet.DEVICE_FLOW}/{args.name}",
-                    "deployment_id": fleet.deploy(params, args.name, args.cron, args.pool)}
+                    "deployment_id": fleet.deploy(settings, args.name, args.cron, args.pool)}
 
 
-def _cmd_device_list(params: Params, args) -> Callable[[], dict]:
+def _cmd_device_list(settings: Settings, args) -> Callable[[], dict]:
     from calo import fleet
 
     def work() -> dict:
-        rows = fleet.list_devices(params)
+        rows = fleet.list_devices(settings)
         print(fleet.format_devices(rows), file=sys.stderr)
         return {"devices": rows}
 
     return work
 
 
-def _cmd_run(params: Params, args) -> Callable[[], dict]:
-    _check_device(params, args.device, target_only=True)
-    _donor_available(params)
-    _preload_for_tuning()
-    from flows.pipeline import device_flow
+def _cmd_run(settings: Settings, args) -> Callable[[], dict]:
+    if args.device:
+        _check_device(settings, args.device, target_only=True)
+    project = settings.path.resolve().parent
+    if settings.path.name != "params.yaml" or not (project / "dvc.yaml").is_file():
+        raise CaloError(f"`calo run` runs dvc.yaml, which reads the params.yaml beside it: "
+                        f"{settings.path} is not a project's params.yaml")
+    from calo.flows.pipeline import device_flow, pipeline_flow
 
-    return lambda: device_flow(args.device, params_path=str(params.path))
+    if args.device:
+        return lambda: device_flow(args.device, project=str(project), tune=not args.no_tune)
+    return lambda: pipeline_flow(project=str(project), tune=not args.no_tune)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -296,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(params.yaml sweep), one MLflow run each; reports the best", device=False)
     add("finetune", _cmd_finetune, "fine-tune the donor model on a device's warm-up probes")
     add("calibrate", _cmd_calibrate, "fit the variance temperature of a device's model")
+    p = add("promote", _cmd_promote, "register target devices' calibrated models; each alias "
+            "moves only to a model that beats the current one", device=False)
+    p.add_argument("--device", help="one target device (default: every target)")
     p = add("tune", _cmd_tune, "tune workloads with CALO-GNN and with XGBoost, same budget")
     p.add_argument("--workload", action="append",
                    help="workload to tune (repeatable; default: tune.workloads)")
@@ -307,7 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-fraction", type=float, default=0.0,
                    help="fine-tune on the first F of each workload's records, score the rest")
     p.add_argument("--json", help="write the full report (overall and per workload) here")
-    add("run", _cmd_run, "per-device flow: warm-up harvest, fine-tune, calibrate, tune")
+    p = add("run", _cmd_run, "the pipeline as a Prefect flow: dvc.yaml's stages, then promote, "
+            "then the summary", device=False)
+    p.add_argument("--device", help="one target device's stages only (its deployments run this)")
+    p.add_argument("--no-tune", action="store_true", help="stop after calibrate: a model "
+                   "refresh without tuning")
+    p = add("summary", _cmd_summary, "calibration, promotion and tuning figures of the run",
+            device=False)
+    p.add_argument("--device", help="one target device (default: every target)")
 
     device = sub.add_parser("device", help="add, deploy and list devices",
                             description="add, deploy and list devices")
@@ -338,17 +372,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What dvc.yaml runs, and commands whose output is a table: their result is logged, not dumped.
+_NO_RESULT_JSON = {"harvest", "extract", "pretrain", "finetune", "calibrate", "tune", "promote",
+                   "run", "summary", "workloads", "records"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start = time.monotonic()
     try:
-        params = load_params(args.params)
-        work = args.handler(params, args)
+        settings = load_settings(args.params)
+        work = args.handler(settings, args)
         result = work()
     except CaloError as err:
         print(f"calo: error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=1, default=str))
+    if args.command not in _NO_RESULT_JSON:
+        print(json.dumps(result, indent=1, default=str))
     command = f"{args.command} {args.action}" if args.command == "device" else args.command
     print(f"calo {command}: done in {time.monotonic() - start:.1f} s", file=sys.stderr)
     return 0

@@ -1,39 +1,41 @@
-"""The one reader of params.yaml, and the checks that stop bad input before any work starts."""
+"""The one reader of params.yaml: every section becomes a frozen, typed settings object.
+
+`load_settings` reads and checks the file once; a missing section or key, an unknown key, a
+value of the wrong type or outside its choices stops with one line naming the key. Code reads
+`settings.train.lr`, never the raw mapping. Benchmarks and tests derive variants with
+`settings.override({"train.seed": 3})`, which goes through the same checks.
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
-from dataclasses import dataclass
+import types
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from calo import suite
+from calo.errors import CaloError
 
 PARAMS_ENV = "CALO_PARAMS"
 DEFAULT_PARAMS = "params.yaml"
-DATA_DIR = Path("data")        # relative to the working directory, as in dvc.yaml
-METRICS_DIR = Path("metrics")
 
-
-class CaloError(Exception):
-    """A problem with the user's input or state, reported as one line without a traceback."""
-
-
-def reason(err: Exception) -> str:
-    """The last line of an exception's message (TVM puts its C++ backtrace first)."""
-    lines = str(err).strip().splitlines()
-    return lines[-1][:200] if lines else type(err).__name__
+GraphKind = Literal["schedule", "ast"]
+Layers = Literal["head", "all"]
 
 
 @dataclass(frozen=True)
 class Device:
     name: str
     target: dict[str, Any]
-    runner: dict[str, Any]
-    candidates_per_workload: int
+    runner: dict[str, Any] = field(default_factory=lambda: {"kind": "local"})
+    candidates_per_workload: int = 0
     evolved_fraction: float | None = None   # share of candidates evolved by the search
 
 
@@ -41,101 +43,179 @@ class Device:
 class Workload:
     name: str
     op: str
-    args: dict[str, Any]
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Params:
-    raw: dict[str, Any]
+class Evolution:
+    population_size: int
+    genetic_num_iters: int
+
+
+@dataclass(frozen=True)
+class Harvest:
+    workloads: tuple[str, ...]
+    evolved_fraction: float
+    evolution: Evolution
+    batch_size: int
+    build_workers: int
+    warm_builders: bool
+    build_timeout_s: float
+    run_timeout_s: float
+    number: int
+    repeat: int
+    min_repeat_ms: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Split:
+    val: float
+    test: float
+
+
+@dataclass(frozen=True)
+class Graph:
+    kind: GraphKind
+
+
+@dataclass(frozen=True)
+class Model:
+    hidden: int
+    layers: int
+    encoder: Literal["sage", "gcn"]
+    pooling: Literal["meanmax", "topk"]
+    head: Literal["evidential", "deterministic"]
+    attention: bool
+
+
+@dataclass(frozen=True)
+class Train:
+    lr: float
+    weight_decay: float
+    lam: float
+    batch_size: int
+    max_epochs: int
+    warmup_epochs: int
+    patience: int | None
+    rank_weight: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Sweep:
+    lr: tuple[float, ...]
+    weight_decay: tuple[float, ...]
+    lam: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Finetune:
+    layers: Layers
+    epochs: int
+    lr: float
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Promotion:
+    min_nll_gain: float
+    max_tau_drop: float
+
+
+@dataclass(frozen=True)
+class Calibrate:
+    levels: int
+
+
+@dataclass(frozen=True)
+class Tune:
+    workloads: tuple[str, ...]
+    max_trials: int
+    trials_per_iter: int
+    seed: int
+    kappa_c: float
+    kappa_offset: float
+    quality_eps: float
+    update_steps: int
+    update_layers: Layers
+    update_rank_weight: float
+    update_lr: float
+
+
+@dataclass(frozen=True)
+class Mlflow:
+    tracking_uri: str
+    model_name: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    """params.yaml, checked. `raw` is the file's mapping, kept for overrides and rewrites."""
+
     path: Path
-
-    def __getitem__(self, key: str) -> Any:
-        return self.raw[key]
-
-    @property
-    def donor(self) -> str:
-        return self.raw["donor"]
-
-    @property
-    def graph_kind(self) -> str:
-        return self.raw["graph"].get("kind", "schedule")
-
-    @property
-    def targets(self) -> list[str]:
-        return list(self.raw["targets"])
-
-    @property
-    def data_dir(self) -> Path:
-        return DATA_DIR
-
-    # Where each stage reads and writes; dvc.yaml names the same paths.
-    def records_dir(self, device: str) -> Path:
-        return self.data_dir / "records" / device
-
-    def graphs_path(self, device: str) -> Path:
-        return self.data_dir / "graphs" / f"{device}.pt"
-
-    def model_dir(self, device: str) -> Path:
-        return self.data_dir / "models" / device
-
-    def calibration_path(self, device: str) -> Path:
-        return self.data_dir / "calibration" / f"{device}.json"
-
-    def tune_dir(self, device: str) -> Path:
-        return self.data_dir / "tune" / device
-
-    def metrics_path(self, stage: str, device: str) -> Path:
-        return METRICS_DIR / stage / f"{device}.json"
+    raw: dict[str, Any]
+    donor: str
+    targets: tuple[str, ...]
+    devices: dict[str, Device]
+    workloads: dict[str, Workload]
+    harvest: Harvest
+    split: Split
+    graph: Graph
+    model: Model
+    train: Train
+    sweep: Sweep
+    finetune: Finetune
+    promotion: Promotion
+    calibrate: Calibrate
+    tune: Tune
+    mlflow: Mlflow
 
     def device(self, name: str) -> Device:
-        devices = self.raw["devices"]
-        if name not in devices:
-            raise CaloError(f"unknown device '{name}' (known: {', '.join(sorted(devices))})")
-        spec = devices[name]
-        return Device(
-            name=name,
-            target=dict(spec["target"]),
-            runner=dict(spec.get("runner", {"kind": "local"})),
-            candidates_per_workload=int(spec.get("candidates_per_workload", 0)),
-            evolved_fraction=spec.get("evolved_fraction"),
-        )
+        if name not in self.devices:
+            raise CaloError(f"unknown device '{name}' (known: {', '.join(sorted(self.devices))})")
+        return self.devices[name]
 
     def target_device(self, name: str) -> Device:
         """A device that is fine-tuned and tuned for (not the donor)."""
         device = self.device(name)
         if name not in self.targets:
             raise CaloError(
-                f"device '{name}' is not a target device (targets: {', '.join(self.targets)})"
-            )
+                f"device '{name}' is not a target device (targets: {', '.join(self.targets)})")
         return device
 
     def workload(self, name: str) -> Workload:
         """A workload of params.yaml, else of the built-in suite (`calo workloads` lists both)."""
-        spec = self.raw["workloads"].get(name)
-        if spec is not None:
-            return Workload(name=name, op=spec["op"], args=dict(spec.get("args", {})))
+        if name in self.workloads:
+            return self.workloads[name]
         found = suite.resolve(name)
         if found is None:
             raise CaloError(f"unknown workload '{name}' (params.yaml has "
-                            f"{', '.join(sorted(self.raw['workloads']))}; "
+                            f"{', '.join(sorted(self.workloads))}; "
                             f"`calo workloads` lists the suite)")
         return Workload(name=name, op=found[0], args=found[1])
 
-    def workloads(self, names: list[str]) -> list[Workload]:
+    def workloads_named(self, names: typing.Iterable[str]) -> list[Workload]:
         return [self.workload(n) for n in names]
 
+    def override(self, changes: dict[str, Any]) -> Settings:
+        """These settings with dotted keys replaced (`{"train.seed": 1}`), checked again."""
+        raw = copy.deepcopy(self.raw)
+        for dotted, value in changes.items():
+            *parents, leaf = dotted.split(".")
+            node = raw
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[leaf] = copy.deepcopy(value)
+        return from_mapping(raw, self.path)
 
-_REQUIRED = ["donor", "targets", "devices", "workloads", "harvest", "split", "graph", "model",
-             "train", "finetune", "promotion", "calibrate", "tune", "mlflow"]
+
+# Sections that are documentation for the user (copied into `devices:` by hand), not settings.
+_FREE_SECTIONS = ("device_templates",)
 
 
-# Checked here so a typo stops before any work (models.evidential checks them again).
-_MODEL_VARIANTS = {"encoder": ("sage", "gcn"), "pooling": ("meanmax", "topk"),
-                   "head": ("evidential", "deterministic"), "attention": (True, False)}
-
-
-def load_params(path: str | os.PathLike | None = None) -> Params:
-    """Read params.yaml (or $CALO_PARAMS) and check its structure."""
+def load_settings(path: str | os.PathLike | None = None) -> Settings:
+    """Read params.yaml (or $CALO_PARAMS) and check every value."""
     path = Path(path or os.environ.get(PARAMS_ENV, DEFAULT_PARAMS))
     if not path.is_file():
         raise CaloError(f"parameters file not found: {path}")
@@ -143,33 +223,110 @@ def load_params(path: str | os.PathLike | None = None) -> Params:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise CaloError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    return from_mapping(raw, path)
+
+
+def from_mapping(raw: Any, path: Path) -> Settings:
     if not isinstance(raw, dict):
         raise CaloError(f"{path} must hold a mapping at the top level")
-    missing = [k for k in _REQUIRED if k not in raw]
-    if missing:
-        raise CaloError(f"{path} lacks section(s): {', '.join(missing)}")
-    params = Params(raw=raw, path=path)
-    params.device(params.donor)
-    for name in params.targets:
-        params.device(name)
-    for name in raw["devices"]:
-        check_target(raw["devices"][name].get("target"), where=f"device '{name}'")
-    for name in raw["harvest"]["workloads"] + raw["tune"]["workloads"]:
-        params.workload(name)
-    for key, allowed in _MODEL_VARIANTS.items():
-        if key in raw["model"] and raw["model"][key] not in allowed:
-            raise CaloError(f"{path}: model.{key} must be one of {', '.join(map(str, allowed))}, "
-                            f"got {raw['model'][key]!r}")
-    from calo.graphs import KINDS  # here: calo.graphs imports this module
+    file = path.name
+    body = {k: v for k, v in raw.items() if k not in _FREE_SECTIONS}
+    for section, cls in (("devices", Device), ("workloads", Workload)):
+        entries = _mapping(body.get(section), file, section)
+        body[section] = {
+            name: _build(cls, {"name": name, **_mapping(spec, file, f"{section}.{name}")},
+                         file, f"{section}.{name}")
+            for name, spec in entries.items()}
+    settings = _build(Settings, {"path": path, "raw": raw, **body}, file, "")
+    _check_references(settings, file)
+    return settings
 
-    if params.graph_kind not in KINDS:
-        raise CaloError(f"{path}: graph.kind must be one of {', '.join(KINDS)}, "
-                        f"got {params.graph_kind!r}")
-    for section, key in (("finetune", "layers"), ("tune", "update_layers")):
-        if raw[section].get(key) not in ("head", "all"):
-            raise CaloError(f"{path}: {section}.{key} must be 'head' or 'all', "
-                            f"got {raw[section].get(key)!r}")
-    return params
+
+def _check_references(s: Settings, where: str) -> None:
+    """Names that must refer to something defined elsewhere in the file."""
+    s.device(s.donor)
+    for name in s.targets:
+        s.device(name)
+        if name == s.donor:
+            raise CaloError(f"{where}: targets: '{name}' is the donor")
+    for name, device in s.devices.items():
+        check_target(device.target, where=f"{where}: devices.{name}")
+    for name in (*s.harvest.workloads, *s.tune.workloads):
+        s.workload(name)
+    if not (0 <= s.split.val and 0 <= s.split.test and s.split.val + s.split.test < 1):
+        raise CaloError(f"{where}: split.val and split.test must be >= 0 and leave some "
+                        f"records for training, got {s.split.val} and {s.split.test}")
+
+
+def _mapping(value: Any, file: str, key: str) -> dict:
+    if value is None:
+        raise CaloError(f"{file}: {key} is missing")
+    if not isinstance(value, dict):
+        raise CaloError(f"{file}: {key} must be a mapping, got {value!r}")
+    return value
+
+
+def _build(cls: type, raw: dict, file: str, prefix: str):
+    """A settings dataclass from a mapping: every key known, every value of its declared type."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        known = ", ".join(n for n in fields if n not in ("path", "raw", "name"))
+        raise CaloError(f"{file}: unknown key '{_join(prefix, unknown[0])}' (known: {known})")
+    values = {}
+    for name, f in fields.items():
+        if name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise CaloError(f"{file}: {_join(prefix, name)} is missing")
+            continue
+        values[name] = _convert(raw[name], hints[name], file, _join(prefix, name))
+    return cls(**values)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _convert(value: Any, hint: Any, file: str, key: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint is Path:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, file, key)
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(map(str, args))
+            raise CaloError(f"{file}: {key} must be one of {choices}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, _mapping(value, file, key), file, key)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise CaloError(f"{file}: {key} must be a list, got {value!r}")
+        return tuple(_convert(v, args[0], file, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        return dict(_mapping(value, file, key))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise CaloError(f"{file}: {key} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CaloError(f"{file}: {key} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise CaloError(f"{file}: {key} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise CaloError(f"{file}: {key} must be a string, got {value!r}")
+        return value
+    raise TypeError(f"no conversion for {hint}")  # a settings class the code got wrong
 
 
 def parse_target_json(text: str) -> dict[str, Any]:

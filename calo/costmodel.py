@@ -9,54 +9,85 @@ kappa_t = c / sqrt(t + offset) decays with the tuning round t (one round per `up
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
+from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
+from calo import config as cfg
+from calo.artifact import TrainedModel
 from calo.dataset import collate, to_data
 from calo.graphs import of_candidate
+from calo.models.training import train_step
 from calo.records import latency_of
 from calo.schedule_graph import ScheduleGraph
-from models.evidential import EvidentialSAGE, cost_loss
+
+ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of this search
 
 
 @derived_object
 class CaloCostModel(PyCostModel):
-    def __init__(self, model: EvidentialSAGE, temperature: float, *, graph_kind: str,
-                 kappa_c: float,
-                 kappa_offset: float, update_steps: int, update_lr: float, lam: float,
-                 rank_weight: float = 0.0, head_only: bool = False, batch_size: int = 64,
+    def __init__(self, trained: TrainedModel, *, kappa_c: float, kappa_offset: float,
+                 update_steps: int, update_lr: float, lam: float, rank_weight: float = 0.0,
+                 head_only: bool = False, batch_size: int = 64,
                  constant_kappa: float | None = None, seed: int = 0):
         super().__init__()
-        self.model = model
-        self.temperature = temperature
-        self.graph_kind = graph_kind
+        self.trained = trained
+        self.model = trained.net
         self.kappa_c, self.kappa_offset, self.constant_kappa = kappa_c, kappa_offset, constant_kappa
         self.update_steps, self.lam, self.batch_size = update_steps, lam, batch_size
-        self.rank_weight = rank_weight
+        self.rank_weight, self.update_lr, self.head_only = rank_weight, update_lr, head_only
         if head_only:
             # Online rounds see a few dozen records of one task: adapting only the head keeps
             # the donor's encoder, as the warm-up fine-tune does.
-            model.freeze_encoder()
-        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                           lr=update_lr)
+            self.model.freeze_encoder()
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad], lr=update_lr)
         self.round = 0
         self.measured: list = []
         self.generator = torch.Generator().manual_seed(seed)
+
+    @classmethod
+    def from_settings(cls, trained: TrainedModel, tune: cfg.Tune, train: cfg.Train,
+                      **overrides) -> CaloCostModel:
+        """The tuning model as params.yaml's tune section configures it (overrides: ablations)."""
+        kwargs = dict(kappa_c=tune.kappa_c, kappa_offset=tune.kappa_offset,
+                      update_steps=tune.update_steps, update_lr=tune.update_lr, lam=train.lam,
+                      rank_weight=tune.update_rank_weight,
+                      head_only=tune.update_layers == "head", seed=tune.seed)
+        return cls(trained, **{**kwargs, **overrides})
+
+    @property
+    def temperature(self) -> float:
+        return self.trained.temperature
 
     def kappa(self) -> float:
         if self.constant_kappa is not None:
             return self.constant_kappa
         return self.kappa_c / math.sqrt(self.round + self.kappa_offset)
 
-    def load(self, path: str) -> None:
-        self.model.load_state_dict(torch.load(path, weights_only=True))
-
     def save(self, path: str) -> None:
-        torch.save(self.model.state_dict(), path)
+        """The whole state: the artifact (weights, config, temperature) and what this search
+        measured, so a loaded model scores and updates exactly as this one would."""
+        self.trained.save(Path(path))
+        torch.save({"round": self.round,
+                    "measured": [(g.x, g.edge_index, g.edge_type, g.y) for g in self.measured]},
+                   Path(path) / ONLINE_STATE)
+
+    def load(self, path: str) -> None:
+        loaded = TrainedModel.load(Path(path))
+        self.model.load_state_dict(loaded.net.state_dict())
+        self.trained.temperature = loaded.temperature
+        state_file = Path(path) / ONLINE_STATE
+        if state_file.is_file():
+            state = torch.load(state_file, weights_only=True)
+            self.round = state["round"]
+            self.measured = [Data(x=x, edge_index=e, edge_type=t, y=y)
+                             for x, e, t, y in state["measured"]]
 
     def update(self, context, candidates, results) -> None:
         """Learn from the round's measurements with a bounded number of gradient steps."""
@@ -69,24 +100,18 @@ class CaloCostModel(PyCostModel):
             return
         loader = DataLoader(self.measured, batch_size=self.batch_size, shuffle=True,
                             generator=self.generator)
-        self.model.train()
         steps = 0
         while steps < self.update_steps:
             for batch in loader:
-                out = self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch,
-                                 batch.num_graphs)
-                loss = cost_loss(self.model.standardize(batch.y), out, self.lam,
-                                 self.model.deterministic, self.rank_weight)
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
+                train_step(self.model, self.optimizer, batch, lam=self.lam,
+                           rank_weight=self.rank_weight)
                 steps += 1
                 if steps >= self.update_steps:
                     break
         self.model.eval()
 
     def featurize(self, candidates) -> list[ScheduleGraph]:
-        return [of_candidate(self.graph_kind, c) for c in candidates]
+        return [of_candidate(self.trained.graph_kind, c) for c in candidates]
 
     @torch.inference_mode()
     def predict(self, context, candidates) -> np.ndarray:
@@ -97,3 +122,4 @@ class CaloCostModel(PyCostModel):
         d = d.scaled(self.temperature)
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
         return np.exp(-(bound - bound.min()))
+

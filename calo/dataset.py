@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from calo.config import CaloError
+from calo.config import Split
+from calo.errors import CaloError
 from calo.schedule_graph import ScheduleGraph
 
 SPLITS = ("train", "val", "test")
@@ -54,7 +55,7 @@ class GraphSet:
         return GraphSet(*([v for v, k in zip(values, keep) if k]
                           for values in (self.graphs, self.workload, self.record)), self.kind)
 
-    def split(self, name: str, fractions: dict) -> GraphSet:
+    def split(self, name: str, fractions: Split) -> GraphSet:
         return self.select([split_of(w, r, fractions) == name
                             for w, r in zip(self.workload, self.record)])
 
@@ -62,13 +63,13 @@ class GraphSet:
         return len(self.graphs)
 
 
-def split_of(workload: str, record: int, fractions: dict) -> str:
+def split_of(workload: str, record: int, fractions: Split) -> str:
     """Stable assignment of a record to train/val/test: appending records never moves old ones."""
     digest = hashlib.sha256(f"{workload}/{record}".encode()).digest()
     u = int.from_bytes(digest[:8], "little") / 2**64
-    if u < fractions["test"]:
+    if u < fractions.test:
         return "test"
-    if u < fractions["test"] + fractions["val"]:
+    if u < fractions.test + fractions.val:
         return "val"
     return "train"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tvm
 
-from calo.config import CaloError, Device, reason
+from calo.config import Device
+from calo.errors import CaloError, reason
 
 HOST_CPU = "host"
 

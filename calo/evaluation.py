@@ -6,9 +6,9 @@ import numpy as np
 from scipy import stats
 
 from calo.dataset import GraphSet
-from models.calibration import confidence_levels, regression_ece, student_t_nll
-from models.evidential import NIG, EvidentialSAGE
-from models.training import predict
+from calo.models.calibration import confidence_levels, regression_ece, student_t_nll
+from calo.models.evidential import NIG, EvidentialSAGE
+from calo.models.training import predict
 
 
 def predictive(model: EvidentialSAGE, graphs: GraphSet, tau: float = 1.0) -> tuple:

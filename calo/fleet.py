@@ -16,10 +16,11 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from calo.config import CaloError, Device, Params, parse_target_json, reason
+from calo.config import Device, Settings, parse_target_json
+from calo.errors import CaloError, reason
 
 DEVICE_FLOW = "device-run"                     # flows.pipeline.device_flow's name
-DEVICE_FLOW_ENTRYPOINT = "flows.pipeline.device_flow"
+DEVICE_FLOW_ENTRYPOINT = "calo.flows.pipeline.device_flow"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Tags a device's list row shows from its registry version.
 SHOWN_TAGS = ("probe_nll", "probe_kendall_tau", "temperature", "test_ece_after", "promoted")
@@ -45,15 +46,15 @@ def device_entry(target_json: str, runner: str, host: str | None, port: int | No
     return entry
 
 
-def check_device(params: Params, name: str, entry: dict[str, Any], cron: str | None) -> None:
+def check_device(settings: Settings, name: str, entry: dict[str, Any], cron: str | None) -> None:
     """Everything that can be checked without changing anything; raises CaloError."""
     from calo.devices import make_target
     from calo.measure import check_tracker, rpc_address
 
     if not _NAME.match(name):
         raise CaloError(f"device name {name!r}: use letters, digits, '.', '_' and '-'")
-    if name in params["devices"]:
-        raise CaloError(f"device '{name}' already exists in {params.path}")
+    if name in settings.devices:
+        raise CaloError(f"device '{name}' already exists in {settings.path}")
     device = Device(name=name, target=entry["target"], runner=entry["runner"],
                     candidates_per_workload=entry["candidates_per_workload"])
     make_target(device)  # TVM's full check of the target
@@ -76,7 +77,7 @@ def prefect_server() -> str | None:
     return os.environ.get("PREFECT_API_URL") or PREFECT_API_URL.value()
 
 
-def deploy(params: Params, name: str, cron: str | None, pool: str) -> str:
+def deploy(settings: Settings, name: str, cron: str | None, pool: str) -> str:
     """Create (or update) the per-device flow's deployment on the Prefect server."""
     from prefect import flow
     from prefect.client.orchestration import get_client
@@ -85,7 +86,7 @@ def deploy(params: Params, name: str, cron: str | None, pool: str) -> str:
     if not prefect_server():
         raise CaloError("no Prefect server configured: set PREFECT_API_URL (see README, "
                         "'Running for a team'), then run `calo device deploy NAME`")
-    project = Path(params.path).resolve().parent
+    project = Path(settings.path).resolve().parent
     try:
         with get_client(sync_client=True) as client:
             try:
@@ -97,8 +98,9 @@ def deploy(params: Params, name: str, cron: str | None, pool: str) -> str:
         with contextlib.redirect_stdout(sys.stderr):
             deployment_id = deployment.deploy(
                 name=name, work_pool_name=pool, cron=cron, build=False, push=False,
-                parameters={"device": name, "params_path": str(Path(params.path).resolve())},
-                description=f"warm-up harvest, fine-tune, calibrate and tune on device {name}",
+                parameters={"device": name, "project": str(project)},
+                description=f"dvc.yaml's stages of device {name} (warm-up harvest, extract, "
+                            "fine-tune, calibrate, tune), then its promotion",
                 tags=["calo", f"device:{name}"], print_next_steps=False, ignore_warnings=True)
     except CaloError:
         raise
@@ -108,13 +110,13 @@ def deploy(params: Params, name: str, cron: str | None, pool: str) -> str:
     return str(deployment_id)
 
 
-def record_device(params: Params, name: str, entry: dict[str, Any]) -> None:
+def record_device(settings: Settings, name: str, entry: dict[str, Any]) -> None:
     """Add the device to params.yaml's devices and targets, keeping comments and layout."""
     yaml = YAML()
     yaml.preserve_quotes = True
     yaml.width = 4096                              # never re-wrap the user's lines
     yaml.indent(mapping=2, sequence=4, offset=2)   # "  - item", as params.yaml is written
-    path = Path(params.path)
+    path = Path(settings.path)
     doc = yaml.load(path.read_text())
     doc["devices"][name] = entry
     doc["targets"].append(name)
@@ -124,16 +126,16 @@ def record_device(params: Params, name: str, entry: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def add_device(params: Params, name: str, entry: dict[str, Any], cron: str | None,
+def add_device(settings: Settings, name: str, entry: dict[str, Any], cron: str | None,
                pool: str) -> dict:
-    check_device(params, name, entry, cron)
+    check_device(settings, name, entry, cron)
     if prefect_server():
         deployment = f"{DEVICE_FLOW}/{name}"
-        deployment_id = deploy(params, name, cron, pool)
+        deployment_id = deploy(settings, name, cron, pool)
     else:
         deployment, deployment_id = None, None
-    record_device(params, name, entry)
-    return {"device": name, "params": str(Path(params.path).resolve()), "deployment": deployment,
+    record_device(settings, name, entry)
+    return {"device": name, "params": str(Path(settings.path).resolve()), "deployment": deployment,
             "deployment_id": deployment_id, "schedule": cron, "work_pool": pool,
             **({} if deployment else {"note": "no Prefect server configured (PREFECT_API_URL): "
                                       "device recorded; run `calo device deploy` later"})}
@@ -161,15 +163,15 @@ def _deployments() -> dict[str, dict]:
     return out
 
 
-def list_devices(params: Params) -> list[dict]:
+def list_devices(settings: Settings) -> list[dict]:
     from calo import registry
 
     deployments = _deployments()
     rows = []
-    for name in params["devices"]:
-        device = params.device(name)
-        role = "donor" if name == params.donor else "target" if name in params.targets else "-"
-        version = registry.aliased_version(params, "donor" if role == "donor" else name)
+    for name, device in settings.devices.items():
+        role = ("donor" if name == settings.donor else "target" if name in settings.targets
+                else "-")
+        version = registry.aliased_version(settings, "donor" if role == "donor" else name)
         model = None
         if version is not None:
             model = {"version": version.version,

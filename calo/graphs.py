@@ -9,13 +9,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from types import ModuleType
+from typing import get_args
 
 from calo import ast_graph, schedule_graph
-from calo.config import CaloError
+from calo.config import GraphKind
 from calo.dataset import GraphSet, to_data
+from calo.errors import CaloError
 from calo.schedule_graph import ScheduleGraph
 
 KINDS: dict[str, ModuleType] = {"schedule": schedule_graph, "ast": ast_graph}
+assert set(KINDS) == set(get_args(GraphKind)), "calo.config.GraphKind names the graph kinds"
 
 
 def _module(kind: str) -> ModuleType:

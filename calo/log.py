@@ -1,26 +1,24 @@
-"""Logging that lands in the Prefect UI inside a flow run and on stderr outside one."""
+"""Log lines on stderr: one per event, with counts and rates for long work, never arrays.
+
+Under a pipeline flow (calo.flows.pipeline sets CALO_PLAIN_LOGS) a stage logs bare messages:
+the flow forwards them to Prefect, which adds the time and level itself.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 
-def get_logger() -> logging.Logger | logging.LoggerAdapter:
-    try:
-        from prefect import get_run_logger
-        from prefect.exceptions import MissingContextError
-
-        try:
-            return get_run_logger()
-        except MissingContextError:
-            pass
-    except ImportError:
-        pass
+def get_logger() -> logging.Logger:
     logger = logging.getLogger("calo")
     if not logger.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        plain = os.environ.get("CALO_PLAIN_LOGS")
+        handler.setFormatter(logging.Formatter("%(message)s") if plain else
+                             logging.Formatter("%(asctime)s %(levelname)s %(message)s",
+                                               "%H:%M:%S"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False  # prefect puts a handler on the root logger too
@@ -30,7 +28,7 @@ def get_logger() -> logging.Logger | logging.LoggerAdapter:
 class Progress:
     """Periodic progress lines: done/total, rate and ETA, at most one per `every` seconds."""
 
-    def __init__(self, what: str, total: int, unit: str = "items", every: float = 5.0):
+    def __init__(self, what: str, total: int, unit: str = "items", every: float = 15.0):
         self.what, self.total, self.unit, self.every = what, total, unit, every
         self.done = 0
         self.start = self.last = time.monotonic()

@@ -19,7 +19,8 @@ from tvm.s_tir.meta_schedule.utils import remove_build_dir
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from calo import build
-from calo.config import CaloError, Device
+from calo.config import Device, Harvest
+from calo.errors import CaloError, reason
 
 OK, BUILD_ERROR, RUN_ERROR, TIMEOUT = "ok", "build_error", "run_error", "timeout"
 RECYCLE_BUILDS = 256
@@ -60,10 +61,10 @@ class WarmBuilder(ms.builder.PyBuilder):
             self.builds = 0
 
 
-def make_builder(harvest: dict) -> ms.builder.Builder:
+def make_builder(harvest: Harvest) -> ms.builder.Builder:
     """The warm builder, or (warm_builders: false) TVM's LocalBuilder with the same settings."""
-    workers, timeout = int(harvest["build_workers"]), float(harvest["build_timeout_s"])
-    if harvest.get("warm_builders", True):
+    workers, timeout = harvest.build_workers, harvest.build_timeout_s
+    if harvest.warm_builders:
         return WarmBuilder(workers, timeout)
     return ms.builder.LocalBuilder(f_build=build.build, max_workers=workers, timeout_sec=timeout)
 
@@ -73,16 +74,16 @@ def close_builder(builder: ms.builder.Builder) -> None:
         builder.shutdown()
 
 
-def evaluator_config(harvest: dict) -> ms.runner.EvaluatorConfig:
+def evaluator_config(harvest: Harvest) -> ms.runner.EvaluatorConfig:
     return ms.runner.EvaluatorConfig(
-        number=int(harvest["number"]), repeat=int(harvest["repeat"]),
-        min_repeat_ms=int(harvest["min_repeat_ms"]), enable_cpu_cache_flush=False)
+        number=harvest.number, repeat=harvest.repeat, min_repeat_ms=harvest.min_repeat_ms,
+        enable_cpu_cache_flush=False)
 
 
-def make_runner(device: Device, harvest: dict) -> ms.runner.Runner:
+def make_runner(device: Device, harvest: Harvest) -> ms.runner.Runner:
     """A device's runner: local (this machine) or rpc (a TVM tracker, host/port/key)."""
     kind = device.runner.get("kind", "local")
-    timeout = float(harvest["run_timeout_s"])
+    timeout = harvest.run_timeout_s
     if kind == "local":
         threads = device.runner.get("num_threads")
         if threads:
@@ -121,7 +122,7 @@ def check_tracker(device: str, host: str, port: int, key: str, timeout_s: float 
         summary = tvm.rpc.connect_tracker(host, port).summary()
     except Exception as err:  # refused, timed out, or not speaking the tracker protocol
         raise CaloError(f"device '{device}': RPC tracker {host}:{port} unreachable: "
-                        f"{str(err).strip().splitlines()[-1][:120]}") from None
+                        f"{reason(err)[:120]}") from None
     keys = {info.get("key", "").split(":")[-1] for info in summary.get("server_info", [])}
     if key not in keys:
         raise CaloError(f"device '{device}': RPC tracker {host}:{port} has no server with key "

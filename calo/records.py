@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tvm.s_tir import meta_schedule as ms
 
-from calo.config import CaloError
+from calo.errors import CaloError, reason
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -35,7 +35,7 @@ FAILED_SECS = 1e10
 class Record:
     index: int                 # position in the record file: measurement order
     workload_key: str
-    workload_name: str
+    workload_name: str         # params.yaml's name, or one made from the workload's content
     record: ms.database.TuningRecord
     latency: float | None      # mean measured seconds; None for a failed measurement
     source: str = RANDOM       # random, evolved or imported
@@ -86,7 +86,7 @@ def append_meta(path: Path, workload_key: str, trace: object, source: str, statu
     line = {"workload": workload_key, "id": candidate_id(workload_key, trace),
             "source": source, "status": status}
     if error:
-        line["error"] = error.strip().splitlines()[-1][:200]
+        line["error"] = reason(error)
     with open(path / META_FILE, "a") as f:
         f.write(json.dumps(line) + "\n")
         f.flush()
@@ -109,11 +109,30 @@ def candidate_ids(path: Path, workload_key: str) -> set[str]:
     return ids
 
 
+def _workloads(path: Path) -> list[ms.database.Workload]:
+    return [ms.database.Workload.from_json(json.loads(line))
+            for line in (path / WORKLOAD_FILE).read_text().splitlines() if line.strip()]
+
+
 def _workload_keys(path: Path) -> list[str]:
     from calo.workloads import workload_key
 
-    return [workload_key(ms.database.Workload.from_json(json.loads(line)).mod)
-            for line in (path / WORKLOAD_FILE).read_text().splitlines() if line.strip()]
+    return [workload_key(w.mod) for w in _workloads(path)]
+
+
+def workload_names(path: Path) -> list[str]:
+    """A readable name per workload of a store: the one params.yaml gave it when harvested
+    here, else one made from its content (`C 512x768x768`); duplicates get a short hash."""
+    from calo.workloads import describe, workload_key
+
+    given = load_names(path)
+    workloads = _workloads(path)
+    keys = [workload_key(w.mod) for w in workloads]
+    names = [given.get(k) or describe(w.mod) for k, w in zip(keys, workloads)]
+    for i, (key, name) in enumerate(zip(keys, names)):
+        if key not in given and sum(n == name for n, k in zip(names, keys) if k != key):
+            names[i] = f"{name} #{key[-4:]}"
+    return names
 
 
 def iter_records(path: Path) -> Iterator[Record]:
@@ -121,16 +140,15 @@ def iter_records(path: Path) -> Iterator[Record]:
     wfile, rfile = path / WORKLOAD_FILE, path / RECORD_FILE
     if not wfile.is_file() or not rfile.is_file():
         raise CaloError(f"no tuning records in {path} (expected {WORKLOAD_FILE} and {RECORD_FILE})")
-    workloads = [ms.database.Workload.from_json(json.loads(line))
-                 for line in wfile.read_text().splitlines() if line.strip()]
+    workloads = _workloads(path)
     keys = _workload_keys(path)
-    names, meta = load_names(path), load_meta(path)
+    names, meta = workload_names(path), load_meta(path)
     for index, line in enumerate(x for x in rfile.read_text().splitlines() if x.strip()):
         widx, body = json.loads(line)
         record = ms.database.TuningRecord.from_json(body, workloads[widx])
         key, latency = keys[widx], latency_of(record)
         m = meta.get(candidate_id(key, record.trace), {})
-        yield Record(index, key, names.get(key, key), record, latency,
+        yield Record(index, key, names[widx], record, latency,
                      m.get("source", RANDOM), m.get("status", "ok" if latency else "failed"))
 
 

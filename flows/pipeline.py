@@ -1,89 +1,100 @@
-"""The pipeline's Prefect flows: one per stage, and the per-device flow a user schedules."""
+"""The pipeline as Prefect flows. dvc.yaml owns the stages and their order; these flows only
+run them.
+
+A flow asks DVC which stages its targets need, in DVC's order, and runs each one as a Prefect
+task with `dvc repro --single-item` (so dvc.lock records every run, scheduled or not, and an
+unchanged stage is skipped). Then each target device's model challenges the registry's
+(promote), and the run's summary is printed.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from prefect import flow
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
 
-from calo.config import load_params
-from tasks.calibrate import calibrate
-from tasks.evaluate import evaluate_records
-from tasks.extract import extract
-from tasks.finetune import finetune
-from tasks.harvest import harvest
-from tasks.import_records import import_records
-from tasks.pretrain import pretrain
-from tasks.sweep import sweep
-from tasks.tune import tune, write_report
+from calo.config import DEFAULT_PARAMS as PARAMS
+from calo.config import PARAMS_ENV, load_settings
+from calo.errors import CaloError
+from calo.summary import format_summary
+from calo.tasks.promote import promote
 
-PARAMS = "params.yaml"
+PLAIN_LOGS = "CALO_PLAIN_LOGS"  # stage processes log bare messages: the flow adds time and level
 
 
-@flow(name="harvest", flow_run_name="harvest-{device}")
-def harvest_flow(device: str, workloads: list[str] | None = None, count: int | None = None,
-                 params_path: str = PARAMS) -> dict:
-    return harvest(load_params(params_path), device, workloads, count)
+def planned_stages(project: Path, targets: list[str]) -> list[str]:
+    """The stages `dvc repro TARGETS` would visit, dependencies first (DVC's own plan)."""
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
+
+    with contextlib.chdir(project), Repo(".") as repo:
+        stages = collect_stages(repo, targets)
+        return [stage.addressing for stage in plan_repro(get_active_graph(repo.index.graph),
+                                                         stages)]
 
 
-@flow(name="import", flow_run_name="import-{device}")
-def import_flow(device: str, source: str, params_path: str = PARAMS) -> dict:
-    return import_records(load_params(params_path), device, Path(source))
+@task(name="dvc-stage", task_run_name="{stage}", cache_policy=NONE)
+def run_stage(stage: str, project: Path) -> str:
+    """`dvc repro --single-item STAGE`, its output streamed into the run's log."""
+    log = get_run_logger()
+    # A stage reads the project's params.yaml (as DVC does), whatever CALO_PARAMS says.
+    env = {**os.environ, PLAIN_LOGS: "1", PARAMS_ENV: str(project / PARAMS)}
+    bin_dir = str(Path(sys.executable).parent)  # the stage commands (calo) live beside python
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--single-item", stage],
+                            cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    last = ""
+    for line in proc.stdout:
+        line = line.rstrip()
+        if line:
+            log.info(line)
+            last = line
+    if proc.wait() != 0:
+        raise CaloError(f"stage {stage} failed: {last}")
+    return "skipped" if "didn't change" in last else "ran"
 
 
-@flow(name="extract", flow_run_name="extract-{device}")
-def extract_flow(device: str, params_path: str = PARAMS) -> dict:
-    return extract(load_params(params_path), device)
+@task(name="promote", task_run_name="promote-{device}", cache_policy=NONE)
+def promote_task(project: Path, device: str) -> dict:
+    return promote(load_settings(project / PARAMS), device)
 
 
-@flow(name="evaluate")
-def evaluate_flow(model: str, records: str, warmup_fraction: float = 0.0,
-                  params_path: str = PARAMS) -> dict:
-    return evaluate_records(load_params(params_path), model, records, warmup_fraction)
+def _run(project: str, devices: list[str] | None, tune: bool) -> dict:
+    root = Path(project).resolve()
+    if not (root / "dvc.yaml").is_file():
+        raise CaloError(f"{root} is not a CALO project (no dvc.yaml)")
+    settings = load_settings(root / PARAMS)
+    devices = list(settings.targets) if devices is None else devices
+    for device in devices:
+        settings.target_device(device)
+    last = "tune" if tune else "calibrate"
+    stages = planned_stages(root, [f"{last}@{d}" for d in devices])
+    done = {stage: run_stage(stage, root) for stage in stages}
+    cwd = Path.cwd()
+    os.chdir(root)  # promote and the summary read the project's paths, as the stages do
+    try:
+        promoted = {d: promote_task(root, d) for d in devices}
+        summary = format_summary(settings, devices)
+    finally:
+        os.chdir(cwd)
+    print(summary, flush=True)
+    return {"stages": done, "promotion": promoted}
 
 
-@flow(name="sweep")
-def sweep_flow(params_path: str = PARAMS) -> dict:
-    return sweep(load_params(params_path))
-
-
-@flow(name="pretrain")
-def pretrain_flow(params_path: str = PARAMS) -> dict:
-    return pretrain(load_params(params_path))
-
-
-@flow(name="finetune", flow_run_name="finetune-{device}")
-def finetune_flow(device: str, params_path: str = PARAMS) -> dict:
-    return finetune(load_params(params_path), device)
-
-
-@flow(name="calibrate", flow_run_name="calibrate-{device}")
-def calibrate_flow(device: str, params_path: str = PARAMS) -> dict:
-    return calibrate(load_params(params_path), device)
-
-
-@flow(name="tune", flow_run_name="tune-{device}")
-def tune_flow(device: str, workloads: list[str] | None = None, params_path: str = PARAMS) -> dict:
-    params = load_params(params_path)
-    names = workloads or params["tune"]["workloads"]
-    reports = {name: tune(params, device, name) for name in names}
-    return write_report(params, device, reports)
+@flow(name="pipeline")
+def pipeline_flow(project: str = ".", tune: bool = True) -> dict:
+    """The main job: every target device's stages, then each one's promotion."""
+    return _run(project, None, tune)
 
 
 @flow(name="device-run", flow_run_name="device-run-{device}")
-def device_flow(device: str, params_path: str = PARAMS,
-                tune_workloads: list[str] | None = None) -> dict:
-    """A new device end to end: warm-up probes -> fine-tune -> calibrate -> tune.
-
-    tune_workloads: the workloads to tune (default: tune.workloads; an empty list skips tuning,
-    e.g. for a nightly model refresh).
-    """
-    params = load_params(params_path)
-    harvest(params, device)
-    extract(params, device)
-    model = finetune(params, device)
-    calibration = calibrate(params, device)
-    names = params["tune"]["workloads"] if tune_workloads is None else tune_workloads
-    reports = {name: tune(params, device, name) for name in names}
-    return {"finetune": model, "calibration": calibration,
-            "tune": write_report(params, device, reports) if reports else None}
+def device_flow(device: str, project: str = ".", tune: bool = True) -> dict:
+    """One target device end to end: the stages its model and tuning need (the donor's too,
+    where they are stale), then its promotion. tune=False refreshes the model only."""
+    return _run(project, [device], tune)

@@ -10,13 +10,27 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
-from models.evidential import NIG, EvidentialSAGE, cost_loss, nig_nll
+from calo.models.evidential import NIG, EvidentialSAGE, cost_loss, nig_nll
 
 EpochCallback = Callable[[int, float, float], None]
+GRAD_CLIP = 5.0  # max gradient norm: one wild batch of a small warm-up set cannot wreck the model
 
 
 def _forward(model: EvidentialSAGE, batch) -> NIG:
     return model(batch.x, batch.edge_index, batch.edge_type, batch.batch, batch.num_graphs)
+
+
+def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *, lam: float,
+               rank_weight: float) -> float:
+    """One optimizer step on one batch, as pre-training, fine-tuning and online updates take it."""
+    model.train()
+    loss = cost_loss(model.standardize(batch.y), _forward(model, batch), lam,
+                     model.deterministic, rank_weight)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+    optimizer.step()
+    return loss.item()
 
 
 @torch.no_grad()
@@ -63,22 +77,17 @@ def fit(
         progress = (step - warmup_steps) / max(total_steps - warmup_steps, 1)
         return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                                  weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
     history = []
     for epoch in range(max_epochs):
-        model.train()
         running, seen = 0.0, 0
         for batch in loader:
-            loss = cost_loss(model.standardize(batch.y), _forward(model, batch), lam,
-                             model.deterministic, rank_weight)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            optimizer.step()
+            loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight)
             scheduler.step()
-            running += loss.item() * batch.num_graphs
+            running += loss * batch.num_graphs
             seen += batch.num_graphs
         val_nll = mean_nll(model, val) if val else running / max(seen, 1)
         history.append({"epoch": epoch, "train_loss": running / max(seen, 1), "val_nll": val_nll})

@@ -5,69 +5,72 @@ from __future__ import annotations
 import json
 
 import mlflow
-from prefect import task
-from prefect.cache_policies import NONE
 
-from calo import registry
-from calo.config import CaloError, Params
-from calo.dataset import load_graphs
+from calo import config as cfg
+from calo import paths, registry
+from calo.artifact import TrainedModel, load_with_graphs
+from calo.dataset import GraphSet
+from calo.errors import CaloError
 from calo.evaluation import evaluate, predictive
 from calo.log import get_logger
+from calo.models.calibration import confidence_levels, coverage, fit_temperature
 from calo.plots import reliability_diagram
-from models.calibration import confidence_levels, coverage, fit_temperature
 
 
-def _reliability(params: Params, device_name: str, model, graphs, tau: float):
+def _reliability(device: str, trained: TrainedModel, graphs: GraphSet, tau: float, levels: int):
     """Reliability diagram of held-out probes before and after the temperature: PNG + data."""
-    levels = confidence_levels(params["calibrate"]["levels"])
-    y, mu, scale, df = predictive(model, graphs)
+    levels = confidence_levels(levels)
+    y, mu, scale, df = predictive(trained.net, graphs)
     before, after = coverage(y, mu, scale, df, levels), coverage(y, mu, scale * tau, df, levels)
-    base = params.metrics_path("calibration", device_name)
-    png = reliability_diagram(base.with_name(f"{device_name}-reliability.png"), levels,
+    base = paths.metrics_path("calibration", device)
+    png = reliability_diagram(base.with_name(f"{device}-reliability.png"), levels,
                               {"before": before, f"after (tau={tau:.2f})": after},
-                              f"{device_name}: {len(graphs)} held-out probes")
-    curve = base.with_name(f"{device_name}-reliability.json")
+                              f"{device}: {len(graphs)} held-out probes")
+    curve = base.with_name(f"{device}-reliability.json")
     curve.write_text(json.dumps([{"level": float(p), "ideal": float(p), "before": float(b),
                                   "after": float(a)} for p, b, a in zip(levels, before, after)],
                                 indent=1))
     return png, curve
 
 
-@task(name="calibrate", cache_policy=NONE)
-def calibrate(params: Params, device_name: str) -> dict:
-    params.target_device(device_name)
-    model_dir = params.model_dir(device_name)
-    if not (model_dir / registry.WEIGHTS).is_file():
-        raise CaloError(f"no fine-tuned model for '{device_name}': run `calo finetune` first")
-    model, config = registry.load_model(model_dir)
-    graphs = load_graphs(params.graphs_path(device_name), registry.graph_kind(config))
-    val, test = graphs.split("val", params["split"]), graphs.split("test", params["split"])
+def calibrate(settings: cfg.Settings, device: str) -> dict:
+    settings.target_device(device)
+    trained, graphs = load_with_graphs(device, paths.model_dir(device), "finetune")
+    val, test = graphs.split("val", settings.split), graphs.split("test", settings.split)
     if len(val) < 2:
-        raise CaloError(f"device '{device_name}' has too few validation graphs ({len(val)})")
-    levels = params["calibrate"]["levels"]
-    tau = fit_temperature(*predictive(model, val), confidence_levels(levels))
+        raise CaloError(f"device '{device}' has too few validation graphs ({len(val)})")
+    levels = settings.calibrate.levels
+    before_tau = trained.temperature
+    tau = fit_temperature(*predictive(trained.net, val), confidence_levels(levels))
     report: dict = {"temperature": tau}
     for name, part in (("val", val), ("test", test)):
-        before, after = evaluate(model, part, levels), evaluate(model, part, levels, tau)
+        before = evaluate(trained.net, part, levels, before_tau)
+        after = evaluate(trained.net, part, levels, tau)
         for key in ("ece", "nll"):
             if key in before:
                 report[f"{name}_{key}_before"] = before[key]
                 report[f"{name}_{key}_after"] = after[key]
         report[f"{name}_count"] = len(part)
-    params.metrics_path("calibration", device_name).parent.mkdir(parents=True, exist_ok=True)
-    png, curve = _reliability(params, device_name, model, test if len(test) else val, tau)
-    with registry.start_run(params, "calibrate", f"calibrate-{device_name}"):
-        mlflow.log_params({"device": device_name, "levels": levels})
+    paths.metrics_path("calibration", device).parent.mkdir(parents=True, exist_ok=True)
+    png, curve = _reliability(device, trained, test if len(test) else val, tau, levels)
+    with registry.start_run(settings, "calibrate", f"calibrate-{device}"):
+        mlflow.log_params({"device": device, "levels": levels})
         mlflow.log_metrics(report)
         mlflow.log_artifact(str(png))
         mlflow.log_artifact(str(curve))
-    registry.set_version_tags(params, model_dir, {"temperature": tau, **{
-        k: v for k, v in report.items() if k.startswith("test_")}})
-    out = params.calibration_path(device_name)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"temperature": tau}))
-    metrics = params.metrics_path("calibration", device_name)
-    metrics.parent.mkdir(parents=True, exist_ok=True)
-    metrics.write_text(json.dumps(report, indent=1))
-    get_logger().info(f"calibrate {device_name}: {report}")
+    trained.temperature = tau
+    trained.info = {**trained.info, **{k: v for k, v in report.items() if k.startswith("test_")}}
+    trained.save(paths.calibrated_dir(device))
+    paths.report_path("calibration", device).write_text(json.dumps(report, indent=1))
+    split = "test" if report.get("test_ece_before") is not None else "val"
+    headline = {"temperature": tau, **{key: {when: report[f"{split}_{key}_{when}"]
+                                             for when in ("before", "after")}
+                                       for key in ("ece", "nll")}}
+    paths.metrics_path("calibration", device).write_text(json.dumps(headline, indent=1))
+    get_logger().info(
+        f"calibrate {device}: temperature {tau:.3f}; test ECE "
+        f"{report.get('test_ece_before', float('nan')):.3f} -> "
+        f"{report.get('test_ece_after', float('nan')):.3f}, test NLL "
+        f"{report.get('test_nll_before', float('nan')):.3f} -> "
+        f"{report.get('test_nll_after', float('nan')):.3f}")
     return report

@@ -22,19 +22,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from prefect import task
-from prefect.cache_policies import NONE
 from tvm.s_tir import meta_schedule as ms
 
-from calo import registry
-from calo.config import CaloError, Params, reason
+from calo import config as cfg
+from calo import paths, registry
+from calo.artifact import WEIGHTS, TrainedModel
+from calo.baselines import train_on, xgb_model
 from calo.dataset import split_of
+from calo.errors import CaloError, reason
 from calo.evaluation import calibration, predictive, ranking
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
+from calo.models.calibration import confidence_levels, fit_temperature
 from calo.records import Record, iter_records
-from models.calibration import confidence_levels, fit_temperature
-from tasks.finetune import adapt
+from calo.tasks.finetune import adapt
 
 RANKING = ("kendall_tau", "top1", "top5", "regret")
 CALIBRATION = ("ece", "nll", "rmse")
@@ -42,16 +43,15 @@ MIN_CALIBRATION_POINTS = 5   # fewer warm-up validation points than this: keep t
 MLP_MIN_WORKLOADS = 5
 
 
-def load_model_spec(params: Params, spec: str) -> tuple[object, dict, str]:
-    """A saved model directory, or a registry alias; its config carries the temperature."""
+def load_model_spec(settings: cfg.Settings, spec: str) -> tuple[TrainedModel, str]:
+    """A saved model directory, or a registry alias; and a label naming it."""
     path = Path(spec)
-    if (path / registry.WEIGHTS).is_file():
-        model, config = registry.load_model(path)
-        return model, {"temperature": 1.0, **config}, str(path)
+    if path.is_dir():
+        return TrainedModel.load(path), str(path)
     if path.exists() or "/" in spec:
-        raise CaloError(f"{spec} is not a saved model (no {registry.WEIGHTS} in it)")
-    model, config, version = registry.load_registered(params, spec)
-    return model, config, f"{params['mlflow']['model_name']}@{spec} (v{version})"
+        raise CaloError(f"{spec} is not a saved model directory (with {WEIGHTS})")
+    trained, version = registry.load_registered(settings, spec)
+    return trained, f"{settings.mlflow.model_name}@{spec} (v{version})"
 
 
 def split_warmup(recs: list[Record], fraction: float) -> dict[str, tuple[list, list]]:
@@ -65,17 +65,15 @@ def split_warmup(recs: list[Record], fraction: float) -> dict[str, tuple[list, l
     return out
 
 
-def _xgb(params: Params, groups: list[list[Record]]) -> ms.cost_model.XGBModel:
+def _xgb(settings: cfg.Settings, groups: list[list[Record]]) -> ms.cost_model.XGBModel:
     """TVM's XGBModel trained on record groups (one per workload)."""
-    model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**6,
-                                   num_tuning_cores=int(params["harvest"]["build_workers"]))
+    model = xgb_model(settings.harvest.build_workers)
     for group in groups:
-        model.update(_context(group[0]), [r.record.as_measure_candidate() for r in group],
-                     [ms.runner.RunnerResult(r.record.run_secs, None) for r in group])
+        train_on(model, _context(group[0]), group)
     return model
 
 
-def _mlp(params: Params, groups: list[list[Record]]):
+def _mlp(settings: cfg.Settings, groups: list[list[Record]]):
     """TVM's MLPModel (a segment-sum MLP on per-store features) trained on record groups.
 
     Its full training holds out a fifth of the groups to pick the best epoch, so it needs five
@@ -87,8 +85,8 @@ def _mlp(params: Params, groups: list[list[Record]]):
     if len(groups) < MLP_MIN_WORKLOADS:
         raise CaloError(f"MLPModel trains on {MLP_MIN_WORKLOADS} or more workloads, "
                         f"got {len(groups)}")
-    random.seed(params["train"]["seed"])
-    torch.manual_seed(params["train"]["seed"])
+    random.seed(settings.train.seed)
+    torch.manual_seed(settings.train.seed)
     model = MLPModel()
     state = model.trainer.state
     for group in groups:
@@ -104,7 +102,7 @@ def _mlp(params: Params, groups: list[list[Record]]):
 BASELINES = {"xgb": _xgb, "mlp": _mlp}
 
 
-def _baselines(params: Params, warm_groups: list[list[Record]],
+def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
                donor_groups: list[list[Record]]) -> tuple[dict, dict]:
     """TVM's cost models on the warm-up records alone and on donor + warm-up records.
 
@@ -118,7 +116,7 @@ def _baselines(params: Params, warm_groups: list[list[Record]],
                 if not groups:
                     raise CaloError("no training records (warm-up fraction 0 and no donor "
                                     "records)")
-                trained[name] = train(params, groups)
+                trained[name] = train(settings, groups)
             except Exception as err:  # a baseline that cannot train is reported, not fatal
                 not_run[name] = reason(err)
     return trained, not_run
@@ -147,8 +145,7 @@ def _summarize(per_workload: dict[str, dict], pooled: dict | None) -> dict:
     return overall
 
 
-@task(name="evaluate", cache_policy=NONE)
-def evaluate_records(params: Params, model_spec: str, records_dir: str,
+def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
                      warmup_fraction: float = 0.0) -> dict:
     log = get_logger()
     if not 0 <= warmup_fraction < 1:
@@ -156,37 +153,39 @@ def evaluate_records(params: Params, model_spec: str, records_dir: str,
     recs = [r for r in iter_records(Path(records_dir)) if r.latency is not None]
     if not recs:
         raise CaloError(f"no successful measurements in {records_dir}")
-    model, config, label = load_model_spec(params, model_spec)
-    tau, kind = float(config["temperature"]), registry.graph_kind(config)
+    trained, label = load_model_spec(settings, model_spec)
+    kind = trained.graph_kind
     splits = split_warmup(recs, warmup_fraction)
     warm = [r for w, h in splits.values() for r in w]
     held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
     if not held:
         raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
     progress = Progress("evaluate: graphs", len(warm) + sum(map(len, held.values())), "records")
-    levels = int(params["calibrate"]["levels"])
+    levels = settings.calibrate.levels
 
     if warm:
-        model = copy.deepcopy(model)
+        trained = copy.deepcopy(trained)
         warm_graphs = graph_set(kind, warm, progress.advance)
-        fractions = {"test": 0.0, "val": params["split"]["val"]}
+        fractions = cfg.Split(val=settings.split.val, test=0.0)
         is_val = [split_of(w, r, fractions) == "val"
                   for w, r in zip(warm_graphs.workload, warm_graphs.record)]
         fit_set = warm_graphs.select([not v for v in is_val])
         cal_set = warm_graphs.select(is_val)
-        adapt(params, model, fit_set.graphs, cal_set.graphs or fit_set.graphs)
+        adapt(trained, settings.finetune, settings.train, fit_set.graphs,
+              cal_set.graphs or fit_set.graphs)
         if len(cal_set) >= MIN_CALIBRATION_POINTS:
-            y, mu, scale, df = predictive(model, cal_set)
-            tau = fit_temperature(y, mu, scale, df, confidence_levels(levels))
+            y, mu, scale, df = predictive(trained.net, cal_set)
+            trained.temperature = fit_temperature(y, mu, scale, df, confidence_levels(levels))
+    model, tau = trained.net, trained.temperature
 
-    donor_store = params.records_dir(params.donor)
+    donor_store = paths.records_dir(settings.donor)
     donor = ([r for r in iter_records(donor_store) if r.latency is not None]
              if donor_store.is_dir() else [])
     donor_groups = defaultdict(list)
     for rec in donor:
         donor_groups[rec.workload_key].append(rec)
     warm_groups = [w for w, _ in splits.values()]
-    baselines, not_run = _baselines(params, warm_groups, list(donor_groups.values()))
+    baselines, not_run = _baselines(settings, warm_groups, list(donor_groups.values()))
 
     per_workload: dict[str, dict[str, dict]] = {m: {} for m in ("calo", *baselines)}
     counts, pooled = {}, []

@@ -13,13 +13,13 @@ run errors and timeouts are stored as failed records with their kind (never used
 
 from __future__ import annotations
 
-from prefect import task
-from prefect.cache_policies import NONE
 from tvm.s_tir import meta_schedule as ms
 
-from calo import records
-from calo.config import Params, Workload
-from calo.devices import make_target
+from calo import config as cfg
+from calo import paths, records
+from calo.baselines import train_on, xgb_model
+from calo.config import Workload
+from calo.devices import make_target, preload_tensor_intrinsics
 from calo.log import Progress, get_logger
 from calo.measure import close_builder, make_builder, make_runner, measure, status_of
 from calo.workloads import create_mod, workload_key
@@ -46,41 +46,30 @@ def plan(count: int, evolved_fraction: float, have: int, have_evolved: int) -> d
     return {records.RANDOM: need_random, records.EVOLVED: need_evolved}
 
 
-def _search(params: Params, source: str) -> tuple[object, object]:
+def _search(harvest: cfg.Harvest, source: str) -> tuple[object, object]:
     """The search strategy (and, for evolution, a cost model trained on the stored records)."""
     if source == records.RANDOM:
         return "replay-trace", None
-    evo = params["harvest"]["evolution"]
+    evo = harvest.evolution
     # Evolution is guided from the first candidate on: no random warm-up predictions.
-    model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**6,
-                                   num_tuning_cores=int(params["harvest"]["build_workers"]))
     strategy = ms.search_strategy.EvolutionarySearch(
-        population_size=int(evo["population_size"]),
-        init_min_unmeasured=min(int(evo["population_size"]), 50),
-        genetic_num_iters=int(evo["genetic_num_iters"]))
-    return strategy, model
+        population_size=evo.population_size,
+        init_min_unmeasured=min(evo.population_size, 50),
+        genetic_num_iters=evo.genetic_num_iters)
+    return strategy, xgb_model(harvest.build_workers)
 
 
-def _train_on_store(model, ctx, store, key: str) -> None:
-    stored = [r for r in records.iter_records(store) if r.workload_key == key]
-    if stored:
-        model.update(ctx, [r.record.as_measure_candidate() for r in stored],
-                     [ms.runner.RunnerResult(r.record.run_secs, None) for r in stored])
-
-
-@task(name="harvest", cache_policy=NONE)
-def harvest(params: Params, device_name: str, workload_names: list[str] | None = None,
+def harvest(settings: cfg.Settings, device_name: str, workload_names: list[str] | None = None,
             count: int | None = None) -> dict:
     """Measure candidates on a device until each workload has `count` records; returns counts."""
     log = get_logger()
-    device = params.device(device_name)
-    cfg = params["harvest"]
-    workloads = params.workloads(workload_names or cfg["workloads"])
+    device = settings.device(device_name)
+    workloads = settings.workloads_named(workload_names or settings.harvest.workloads)
     count = count if count is not None else device.candidates_per_workload
-    fraction = float(device.evolved_fraction if device.evolved_fraction is not None
-                     else cfg["evolved_fraction"])
+    fraction = (device.evolved_fraction if device.evolved_fraction is not None
+                else settings.harvest.evolved_fraction)
     target = make_target(device)
-    store = params.records_dir(device_name)
+    store = paths.records_dir(device_name)
     db = records.open_store(store)
     have = records.count_by_workload(store)
     have_evolved = records.count_by_source(store, records.EVOLVED)
@@ -95,38 +84,40 @@ def harvest(params: Params, device_name: str, workload_names: list[str] | None =
     if total == 0:
         log.info(f"harvest {device_name}: every workload already has {count} records")
         return summary
-    builder, runner = make_builder(cfg), make_runner(device, cfg)
+    # Every search context needs TVM's tensor intrinsics: imported once, only when there is work.
+    preload_tensor_intrinsics()
+    builder, runner = make_builder(settings.harvest), make_runner(device, settings.harvest)
     progress = Progress(f"harvest {device_name}", total, "candidates")
     try:
         for wl in workloads:
             for source, need in todo[wl.name].items():
                 if need:
-                    _harvest_source(params, wl, mods[wl.name], source, need, db, store,
+                    _harvest_source(settings.harvest, wl, mods[wl.name], source, need, db, store,
                                     target, builder, runner, summary, progress)
     finally:
         close_builder(builder)
-    log.info(f"harvest {device_name}: {summary}")
+    log.info(f"harvest {device_name}: {summary['measured']} measured ({summary['random']} random, "
+             f"{summary['evolved']} evolved), {summary['failed']} failed, "
+             f"{summary['existing']} already stored")
     return summary
 
 
-def _harvest_source(params: Params, wl: Workload, mod, source: str, need: int, db, store,
+def _harvest_source(harvest: cfg.Harvest, wl: Workload, mod, source: str, need: int, db, store,
                     target, builder, runner, summary: dict, progress: Progress) -> None:
-    cfg = params["harvest"]
     key = workload_key(mod)
     records.save_name(store, key, wl.name)
-    strategy, model = _search(params, source)
+    strategy, model = _search(harvest, source)
     # The seed moves with what is already stored, so a resumed harvest draws new candidates.
     stored = records.count_by_workload(store).get(key, 0)
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
                          search_strategy=strategy, task_name=wl.name,
-                         rand_state=int(cfg["seed"]) + stored,
-                         num_threads=int(cfg["build_workers"]))
+                         rand_state=harvest.seed + stored, num_threads=harvest.build_workers)
     workload = db.commit_workload(mod)
     if model is not None:
-        _train_on_store(model, ctx, store, key)
+        train_on(model, ctx, [r for r in records.iter_records(store) if r.workload_key == key])
     # Random sampling repeats itself on small design spaces: ask for more than needed and skip
     # what the store already holds, so no schedule is measured twice.
-    ctx.pre_tuning(max_trials=need * OVERSAMPLE, num_trials_per_iter=int(cfg["batch_size"]),
+    ctx.pre_tuning(max_trials=need * OVERSAMPLE, num_trials_per_iter=harvest.batch_size,
                    design_spaces=ctx.generate_design_space(), database=db, cost_model=model)
     seen, done, dry = records.candidate_ids(store, key), 0, 0
     while done < need and dry < DRY_BATCHES and (batch := ctx.generate_measure_candidates()):

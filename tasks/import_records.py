@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NONE
 from tvm.s_tir import meta_schedule as ms
 
-from calo import records
-from calo.config import CaloError, Params, reason
+from calo import config as cfg
+from calo import paths, records
 from calo.devices import make_target
+from calo.errors import CaloError, reason
 from calo.log import Progress, get_logger
 from calo.workloads import workload_key
 
@@ -37,9 +36,8 @@ def _read_workloads(path: Path, bad: list[str]) -> dict[int, ms.database.Workloa
     return workloads
 
 
-@task(name="import", cache_policy=NONE)
-def import_records(params: Params, device_name: str, source: Path) -> dict:
-    device = params.device(device_name)
+def import_records(settings: cfg.Settings, device_name: str, source: Path) -> dict:
+    device = settings.device(device_name)
     wfile, rfile = source / records.WORKLOAD_FILE, source / records.RECORD_FILE
     if not wfile.is_file() or not rfile.is_file():
         raise CaloError(f"{source} is not a TVM JSON database "
@@ -49,7 +47,7 @@ def import_records(params: Params, device_name: str, source: Path) -> dict:
     workloads = _read_workloads(wfile, bad)
     keys = {i: workload_key(w.mod) for i, w in workloads.items()}
 
-    store = params.records_dir(device_name)
+    store = paths.records_dir(device_name)
     seen = set()
     if (store / records.RECORD_FILE).is_file():
         seen = {records.candidate_id(r.workload_key, r.record.trace)

@@ -2,73 +2,86 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import mlflow
 import torch
-from prefect import task
-from prefect.cache_policies import NONE
 
-from calo import registry
-from calo.config import CaloError, Params
-from calo.dataset import load_graphs
-from calo.evaluation import evaluate
+from calo import config as cfg
+from calo import paths, registry
+from calo.artifact import TrainedModel
+from calo.dataset import GraphSet, load_graphs
+from calo.errors import CaloError
+from calo.evaluation import evaluate, predictive
 from calo.log import Progress, get_logger
-from models.training import fit
-
-
-def train_kwargs(train_cfg: dict) -> dict:
-    return {k: train_cfg[k] for k in ("lr", "weight_decay", "lam", "batch_size", "max_epochs",
-                                      "warmup_epochs", "patience", "rank_weight", "seed")}
+from calo.models.calibration import confidence_levels, fit_temperature
+from calo.models.training import fit
 
 
 def log_epoch(stage: str, max_epochs: int):
     """Per-epoch MLflow metrics and a progress line (epochs done, rate, ETA at the epoch cap;
     early stopping may end sooner)."""
-    progress = Progress(stage, max_epochs, "epochs", every=0)
+    progress = Progress(stage, max_epochs, "epochs")
 
     def on_epoch(epoch: int, train_loss: float, val_nll: float) -> None:
-        mlflow.log_metrics({"train_loss": train_loss, "val_nll": val_nll}, step=epoch)
+        if mlflow.active_run() is not None:
+            mlflow.log_metrics({"train_loss": train_loss, "val_nll": val_nll}, step=epoch)
         progress.advance(note=f"train loss {train_loss:.4f}, val NLL {val_nll:.4f}")
 
     return on_epoch
 
 
-def donor_splits(params: Params):
-    graphs = load_graphs(params.graphs_path(params.donor), params.graph_kind)
-    train, val, test = (graphs.split(s, params["split"]) for s in ("train", "val", "test"))
+def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet]:
+    graphs = load_graphs(paths.graphs_path(settings.donor), settings.graph.kind)
+    train, val, test = (graphs.split(s, settings.split) for s in ("train", "val", "test"))
     if len(train) < 2 or len(val) < 1:
-        raise CaloError(f"donor '{params.donor}' has too few graphs to train ({len(graphs)})")
+        raise CaloError(f"donor '{settings.donor}' has too few graphs to train ({len(graphs)})")
     return train, val, test
 
 
-def train_on_donor(params: Params, train, val, test, cfg: dict, on_epoch=None):
-    """A fresh model fitted on the donor's training split; metrics on its val and test splits."""
-    torch.manual_seed(cfg["seed"])
-    model, config = registry.new_model(params)
-    model.set_normalization(torch.cat([g.x for g in train.graphs]),
-                            torch.cat([g.y for g in train.graphs]))
-    result = fit(model, train.graphs, val.graphs, on_epoch=on_epoch, **cfg)
-    levels = params["calibrate"]["levels"]
+def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test: GraphSet,
+                   on_epoch=None) -> tuple[TrainedModel, dict]:
+    """A fresh model fitted on the donor's training split, its temperature fitted on the
+    validation split; metrics on validation and test."""
+    torch.manual_seed(settings.train.seed)
+    trained = TrainedModel.new(settings)
+    trained.net.set_normalization(torch.cat([g.x for g in train.graphs]),
+                                  torch.cat([g.y for g in train.graphs]))
+    result = fit(trained.net, train.graphs, val.graphs, on_epoch=on_epoch,
+                 **dataclasses.asdict(settings.train))
+    levels = settings.calibrate.levels
+    trained.temperature = fit_temperature(*predictive(trained.net, val),
+                                          confidence_levels(levels))
     metrics = {f"{name}_{k}": v for name, part in (("val", val), ("test", test))
-               for k, v in evaluate(model, part, levels).items()}
-    return model, config, {**metrics, "epochs": result["epochs"]}
+               for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
+    return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature}
 
 
-@task(name="pretrain", cache_policy=NONE)
-def pretrain(params: Params) -> dict:
-    donor = params.donor
-    train, val, test = donor_splits(params)
-    cfg = train_kwargs(params["train"])
-    with registry.start_run(params, "pretrain", f"pretrain-{donor}"):
-        mlflow.log_params({**cfg, **params["model"], "donor": donor, "train_graphs": len(train),
-                           "val_graphs": len(val)})
-        model, config, metrics = train_on_donor(params, train, val, test, cfg,
-                                                log_epoch("pretrain", cfg["max_epochs"]))
+def pretrain(settings: cfg.Settings) -> dict:
+    donor = settings.donor
+    train, val, test = donor_splits(settings)
+    with registry.start_run(settings, "pretrain", f"pretrain-{donor}"):
+        mlflow.log_params({**dataclasses.asdict(settings.train),
+                           **dataclasses.asdict(settings.model), "donor": donor,
+                           "train_graphs": len(train), "val_graphs": len(val)})
+        trained, metrics = train_on_donor(settings, train, val, test,
+                                          log_epoch("pretrain", settings.train.max_epochs))
         mlflow.log_metrics(metrics)
-        out = params.model_dir(donor)
-        registry.save_model(model, config, out)
-        version = registry.register(params, out, alias="donor",
-                                    tags={"device": donor, "role": "donor",
-                                          **registry.data_version(params, donor), **metrics})
-    summary = {"version": version, **metrics}
-    get_logger().info(f"pretrain: registered version {version} as 'donor': {summary}")
-    return summary
+        trained.info = {"device": donor, "role": "donor", "train_graphs": len(train),
+                        **registry.data_version(donor)}
+        out = trained.save(paths.model_dir(donor))
+        found = registry.find_version(settings, registry.artifact_digest(out))
+        if found is None:
+            version = registry.register(
+                settings, out, tags={**trained.info, **metrics},
+                description=(f"Donor model pre-trained on {len(train)} graphs of device "
+                             f"'{donor}' (records {trained.info['data_sha256']}); "
+                             f"test Kendall tau {metrics.get('test_kendall_tau', float('nan')):.3f}"
+                             f", test NLL {metrics.get('test_nll', float('nan')):.3f}."))
+        else:
+            version = found.version
+        registry.set_alias(settings, "donor", version)
+    get_logger().info(f"pretrain: version {version} is 'donor': {len(train)} graphs, "
+                      f"{metrics['epochs']} epochs, test Kendall tau "
+                      f"{metrics.get('test_kendall_tau', float('nan')):.3f}")
+    return {"version": version, **metrics}

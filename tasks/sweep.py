@@ -8,38 +8,39 @@ also runs as DVC experiments, e.g. `dvc exp run --queue -S train.lr=5e-4 -S trai
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
 import mlflow
-from prefect import task
-from prefect.cache_policies import NONE
 
+from calo import config as cfg
 from calo import registry
-from calo.config import CaloError, Params
+from calo.errors import CaloError
 from calo.log import Progress, get_logger
-from tasks.pretrain import donor_splits, train_kwargs, train_on_donor
+from calo.tasks.pretrain import donor_splits, train_on_donor
 
 AXES = ("lr", "weight_decay", "lam")
 
 
-@task(name="sweep", cache_policy=NONE)
-def sweep(params: Params) -> dict:
-    grid = params.raw.get("sweep") or {}
-    missing = [a for a in AXES if not grid.get(a)]
+def sweep(settings: cfg.Settings) -> dict:
+    grid = settings.sweep
+    missing = [a for a in AXES if not getattr(grid, a)]
     if missing:
         raise CaloError(f"sweep: give at least one value for {', '.join(missing)}")
-    train, val, test = donor_splits(params)
-    settings = [dict(zip(AXES, values)) for values in itertools.product(*(grid[a] for a in AXES))]
-    progress = Progress("sweep", len(settings), "settings", every=0)
+    train, val, test = donor_splits(settings)
+    points = [dict(zip(AXES, values))
+              for values in itertools.product(*(getattr(grid, a) for a in AXES))]
+    progress = Progress("sweep", len(points), "settings", every=0)
     results = []
-    with registry.start_run(params, "sweep", f"sweep-{params.donor}"):
-        for setting in settings:
-            cfg = {**train_kwargs(params["train"]), **setting}
+    with registry.start_run(settings, "sweep", f"sweep-{settings.donor}"):
+        for setting in points:
+            variant = settings.override({f"train.{k}": v for k, v in setting.items()})
             with mlflow.start_run(run_name=" ".join(f"{k}={v}" for k, v in setting.items()),
                                   nested=True):
-                mlflow.log_params({**cfg, "donor": params.donor})
-                _, _, metrics = train_on_donor(params, train, val, test, cfg)
+                mlflow.log_params({**dataclasses.asdict(variant.train),
+                                   "donor": settings.donor})
+                _, metrics = train_on_donor(variant, train, val, test)
                 mlflow.log_metrics(metrics)
             results.append({**setting, **metrics})
             progress.advance(note=f"val NLL {metrics['val_nll']:.3f}")

@@ -1,8 +1,8 @@
 """Stage 6: tune workloads with CALO-GNN and with TVM's XGBoost model on the same budget and seed.
 
-Each run is a real `tune_tir` whose JSON database is kept under data/tune/<device>/<workload>/.
-The report gives, per model, the best latency found and the trials needed to come within
-quality_eps of the best latency either model found.
+Each run is a real `tune_tir` whose JSON database (and TVM's logs) are kept under
+data/tune/<device>/<workload>/<model>/. The report gives, per model, the best latency found and
+the trials needed to come within quality_eps of the best latency either model found.
 """
 
 from __future__ import annotations
@@ -15,35 +15,30 @@ import time
 from pathlib import Path
 
 import mlflow
-from prefect import task
-from prefect.cache_policies import NONE
 from tvm.s_tir import meta_schedule as ms
 
-from calo import plots, registry
-from calo.config import CaloError, Params
+from calo import config as cfg
+from calo import paths, plots, registry
+from calo.artifact import TrainedModel
 from calo.costmodel import CaloCostModel
 from calo.devices import make_target, preload_tensor_intrinsics
+from calo.errors import CaloError
 from calo.log import get_logger
 from calo.measure import close_builder, make_builder, make_runner
 from calo.records import iter_records
 from calo.workloads import create_mod
 
 MODELS = ("calo", "xgb")
+TVM_LOGGER = "tvm.s_tir.meta_schedule"
 
 
-def load_tuning_model(params: Params, device_name: str) -> CaloCostModel:
-    model_dir, calib = params.model_dir(device_name), params.calibration_path(device_name)
-    if not (model_dir / registry.WEIGHTS).is_file() or not calib.is_file():
-        raise CaloError(f"no calibrated model for '{device_name}': run `calo finetune` and "
+def load_tuning_model(settings: cfg.Settings, device: str) -> CaloCostModel:
+    model_dir = paths.calibrated_dir(device)
+    if not model_dir.is_dir():
+        raise CaloError(f"no calibrated model for '{device}': run `calo finetune` and "
                         "`calo calibrate` first")
-    model, config = registry.load_model(model_dir)
-    tau = json.loads(calib.read_text())["temperature"]
-    cfg = params["tune"]
-    return CaloCostModel(model, tau, graph_kind=registry.graph_kind(config),
-                         kappa_c=cfg["kappa_c"], kappa_offset=cfg["kappa_offset"],
-                         update_steps=cfg["update_steps"], update_lr=cfg["update_lr"],
-                         lam=params["train"]["lam"], rank_weight=cfg["update_rank_weight"],
-                         head_only=cfg["update_layers"] == "head", seed=cfg["seed"])
+    return CaloCostModel.from_settings(TrainedModel.load(model_dir), settings.tune,
+                                       settings.train)
 
 
 def best_so_far(latencies: list[float | None]) -> list[float]:
@@ -59,59 +54,64 @@ def trials_to_quality(curve: list[float], target: float) -> int | None:
     return next((i + 1 for i, b in enumerate(curve) if b <= target), None)
 
 
-def _reset_tvm_logging() -> None:
-    """Drop handlers left on Meta-Schedule's logger by earlier tuning runs in this process.
+def quiet_tvm_logging() -> None:
+    """Keep Meta-Schedule's log lines in its log files (work_dir/logs), off the terminal.
 
-    tune_tir re-lists every handler already on that logger by name: without this, log lines
-    repeat once per earlier run, and an unnamed handler (after another library reconfigures
-    logging, as Prefect does) makes tune_tir fail while configuring its loggers.
+    tune_tir gives its console handler the level its logger has (DEBUG when unset) and re-lists
+    every handler already on that logger by name. Dropping those handlers keeps lines from
+    repeating once per earlier run (and an unnamed one, which Prefect can leave, from breaking
+    tune_tir's logging set-up); the WARNING level keeps DEBUG and INFO lines in the files.
     """
-    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    logger = logging.getLogger(TVM_LOGGER)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
+    logger.setLevel(logging.WARNING)
 
 
-def run_tuner(params: Params, device_name: str, workload_name: str, which: str,
-              cost_model, work_dir: Path | None = None) -> dict:
-    """One tune_tir run into a fresh database (default: the tune stage's directory)."""
-    device, cfg = params.device(device_name), params["tune"]
-    work_dir = work_dir or params.tune_dir(device_name) / workload_name / which
+def run_tuner(settings: cfg.Settings, device: str, workload: str, cost_model,
+              work_dir: Path) -> dict:
+    """One tune_tir run into a fresh database."""
     shutil.rmtree(work_dir, ignore_errors=True)  # a run is one fresh database, never a mix
     work_dir.mkdir(parents=True)
-    _reset_tvm_logging()
-    builder = make_builder(params["harvest"])
+    quiet_tvm_logging()
+    builder = make_builder(settings.harvest)
     start = time.monotonic()
-    ms.tune_tir(
-        create_mod(params.workload(workload_name)), make_target(device), str(work_dir),
-        max_trials_global=int(cfg["max_trials"]), num_trials_per_iter=int(cfg["trials_per_iter"]),
-        builder=builder, runner=make_runner(device, params["harvest"]),
-        cost_model=cost_model, seed=int(cfg["seed"]),
-        num_tuning_cores=int(params["harvest"]["build_workers"]),
-    )
+    try:
+        ms.tune_tir(
+            create_mod(settings.workload(workload)), make_target(settings.device(device)),
+            str(work_dir), max_trials_global=settings.tune.max_trials,
+            num_trials_per_iter=settings.tune.trials_per_iter, builder=builder,
+            runner=make_runner(settings.device(device), settings.harvest),
+            cost_model=cost_model, seed=settings.tune.seed,
+            num_tuning_cores=settings.harvest.build_workers,
+        )
+    finally:
+        close_builder(builder)
     wall = time.monotonic() - start
-    close_builder(builder)
     latencies = [r.latency for r in iter_records(work_dir)]
     return {"wall_s": wall, "trials": len(latencies), "curve": best_so_far(latencies)}
 
 
-@task(name="tune", cache_policy=NONE)
-def tune(params: Params, device_name: str, workload_name: str) -> dict:
-    params.target_device(device_name)
-    params.workload(workload_name)
+def tune(settings: cfg.Settings, device: str, workload: str) -> dict:
+    """Both models on one workload; per model: best latency, trials to quality, wall time, and
+    the best-so-far curve (a list: the report keeps it out of the metrics file)."""
+    settings.target_device(device)
+    settings.workload(workload)
     log = get_logger()
     preload_tensor_intrinsics()  # so neither model's wall time includes the one-off import
     runs = {}
     for which in MODELS:
-        cost_model = load_tuning_model(params, device_name) if which == "calo" else "xgb"
-        log.info(f"tune {device_name}/{workload_name}: {which} model, "
-                 f"{params['tune']['max_trials']} trials")
-        runs[which] = run_tuner(params, device_name, workload_name, which, cost_model)
+        cost_model = load_tuning_model(settings, device) if which == "calo" else "xgb"
+        runs[which] = run_tuner(settings, device, workload, cost_model,
+                                paths.tune_dir(device) / workload / which)
+        log.info(f"tune {device}/{workload}: {which}, {runs[which]['trials']} trials in "
+                 f"{runs[which]['wall_s']:.0f} s, best {runs[which]['curve'][-1] * 1e6:.1f} us")
     best = min(min(r["curve"], default=math.inf) for r in runs.values())
     if not math.isfinite(best):
-        raise CaloError(f"tuning {workload_name} on {device_name} measured nothing successfully")
-    target = best * (1 + params["tune"]["quality_eps"])
-    report = {}
+        raise CaloError(f"tuning {workload} on {device} measured nothing successfully")
+    target = best * (1 + settings.tune.quality_eps)
+    report: dict = {}
     for which, run in runs.items():
         report[which] = {
             "best_latency_us": run["curve"][-1] * 1e6,
@@ -125,46 +125,61 @@ def tune(params: Params, device_name: str, workload_name: str) -> dict:
     reach = {m: report[m]["trials_to_quality"] or report[m]["trials"] + 1 for m in MODELS}
     report["trials_ratio_calo_vs_xgb"] = reach["calo"] / reach["xgb"]
     report["ratio_censored"] = any(report[m]["trials_to_quality"] is None for m in MODELS)
-    log.info(f"tune {device_name}/{workload_name}: {json.dumps(report)}")
     return report
 
 
-@task(name="tune-report", cache_policy=NONE)
-def write_report(params: Params, device_name: str, reports: dict[str, dict]) -> dict:
-    """Merge per-workload reports into metrics/tune/<device>.json, with a summary across them."""
-    path = params.metrics_path("tune", device_name)
-    merged = json.loads(path.read_text()).get("workloads", {}) if path.is_file() else {}
-    merged.update(reports)
-    ratios = [r["trials_ratio_calo_vs_xgb"] for r in merged.values()]
+def write_report(settings: cfg.Settings, device: str, reports: dict[str, dict]) -> dict:
+    """metrics/tune/<device>.json (the headline, for `dvc metrics show`), the full report and
+    the curves beside it (for `calo summary` and `dvc plots show`), a PNG, and a calo-tune
+    MLflow run."""
+    path = paths.report_path("tune", device)
+    rows = path.with_name(f"{device}-curves.json")
+    curves = {f"{w} {m}": [c for c in r[m]["curve_us"] if c is not None]
+              for w, r in reports.items() for m in MODELS}
+    scalars = {w: {**{m: {k: v for k, v in r[m].items() if k != "curve_us"} for m in MODELS},
+                   "trials_ratio_calo_vs_xgb": r["trials_ratio_calo_vs_xgb"],
+                   "ratio_censored": r["ratio_censored"]}
+               for w, r in reports.items()}
+    ratios = [r["trials_ratio_calo_vs_xgb"] for r in scalars.values()]
 
     def reach(run: dict) -> float:
         return run["trials_to_quality"] or math.inf
 
     summary = {
-        "workloads": len(merged),
+        "workloads": len(scalars),
         "calo_reached_quality": sum(r["calo"]["trials_to_quality"] is not None
-                                    for r in merged.values()),
+                                    for r in scalars.values()),
         "xgb_reached_quality": sum(r["xgb"]["trials_to_quality"] is not None
-                                   for r in merged.values()),
+                                   for r in scalars.values()),
         "calo_reached_first_or_tied": sum(reach(r["calo"]) <= reach(r["xgb"])
-                                          for r in merged.values()),
+                                          for r in scalars.values()),
         "geomean_trials_ratio_calo_vs_xgb": math.exp(sum(map(math.log, ratios)) / len(ratios)),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"summary": summary, "workloads": merged}, indent=1))
-    curves = {f"{w} {m}": [c for c in r[m].get("curve_us", []) if c is not None]
-              for w, r in merged.items() for m in MODELS}
-    png = plots.best_so_far(path.with_name(f"{device_name}-curves.png"), curves,
-                            f"tuning on {device_name}: CALO-GNN vs XGBoost")
-    rows = path.with_name(f"{device_name}-curves.json")
+    path.write_text(json.dumps({"summary": summary, "workloads": scalars}, indent=1))
+    headline = {"workloads": summary["workloads"], "calo_reached": summary["calo_reached_quality"],
+                "xgb_reached": summary["xgb_reached_quality"],
+                "ratio": summary["geomean_trials_ratio_calo_vs_xgb"]}
+    paths.metrics_path("tune", device).write_text(json.dumps(headline, indent=1))
+    png = plots.best_so_far(path.with_name(f"{device}-curves.png"), curves,
+                            f"tuning on {device}: CALO-GNN vs XGBoost")
     rows.write_text(json.dumps([{"trial": i + 1, "run": label, "best_us": c}
                                 for label, curve in curves.items()
                                 for i, c in enumerate(curve)], indent=0))
-    with registry.start_run(params, "tune", f"tune-{device_name}"):
-        mlflow.log_params({"device": device_name, "workloads": ",".join(sorted(merged)),
-                           **{k: params["tune"][k] for k in ("max_trials", "trials_per_iter",
-                                                             "kappa_c", "kappa_offset")}})
+    with registry.start_run(settings, "tune", f"tune-{device}"):
+        mlflow.log_params({"device": device, "workloads": ",".join(sorted(scalars)),
+                           "max_trials": settings.tune.max_trials,
+                           "trials_per_iter": settings.tune.trials_per_iter,
+                           "kappa_c": settings.tune.kappa_c,
+                           "kappa_offset": settings.tune.kappa_offset})
         mlflow.log_metrics({k: float(v) for k, v in summary.items()})
-        for artifact in (path, png, rows):
+        for artifact in (path, paths.metrics_path("tune", device), png, rows):
             mlflow.log_artifact(str(artifact))
     return summary
+
+
+def tune_device(settings: cfg.Settings, device: str,
+                workloads: tuple[str, ...] | list[str] | None = None) -> dict:
+    """The tune stage: every workload of tune.workloads (or those given), then the report."""
+    names = list(workloads or settings.tune.workloads)
+    return write_report(settings, device, {name: tune(settings, device, name) for name in names})

@@ -1,12 +1,16 @@
 """A tiny real pipeline shared by the tests: two CPU devices, two small matmuls, a few candidates.
 
-Stages run once per session, in order, in a temporary working directory (data/, metrics/,
-mlflow.db and MLflow artifacts all land there). Every latency is measured on this machine.
+Stages run once per session, in order, in a temporary project: a copy of the repository's
+tracked files (so `dvc repro` there finds dvc.yaml and the code it depends on) with a tiny
+params.yaml; data/, metrics/, mlflow.db and MLflow artifacts all land there. Every latency is
+measured on this machine.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -53,9 +57,21 @@ def tiny_params() -> dict:
     return params
 
 
+def copy_project(dest: Path) -> Path:
+    """The repository's tracked files in dest, as a git repository of its own (DVC needs one)."""
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.split()
+    for name in files:
+        if (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("calo")
+    root = copy_project(tmp_path_factory.mktemp("calo"))
     (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
     old = Path.cwd()
     os.chdir(root)
@@ -66,63 +82,65 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def with_devices(params, harvest: dict | None = None, **devices: dict):
-    """The session's parameters plus extra devices (and harvest settings), for one test."""
-    import copy
-
-    from calo.config import Params
-
-    raw = copy.deepcopy(params.raw)
-    raw["devices"].update(devices)
-    raw["harvest"].update(harvest or {})
-    return Params(raw=raw, path=params.path)
+    """The session's settings plus extra devices (and harvest settings), for one test."""
+    return params.override({**{f"devices.{name}": spec for name, spec in devices.items()},
+                            **{f"harvest.{k}": v for k, v in (harvest or {}).items()}})
 
 
 @pytest.fixture(scope="session")
 def params(workdir):
-    from calo.config import load_params
+    """The session's settings (calo.config.Settings), read from its params.yaml."""
+    from calo.config import load_settings
 
-    return load_params(workdir / "params.yaml")
+    return load_settings(workdir / "params.yaml")
 
 
 @pytest.fixture(scope="session")
 def harvested(params) -> dict:
-    from tasks.harvest import harvest
+    from calo.tasks.harvest import harvest
 
-    return {d: harvest.fn(params, d) for d in (DONOR, TARGET)}
+    return {d: harvest(params, d) for d in (DONOR, TARGET)}
 
 
 @pytest.fixture(scope="session")
 def extracted(params, harvested) -> dict:
-    from tasks.extract import extract
+    from calo.tasks.extract import extract
 
-    return {d: extract.fn(params, d) for d in (DONOR, TARGET)}
+    return {d: extract(params, d) for d in (DONOR, TARGET)}
 
 
 @pytest.fixture(scope="session")
 def pretrained(params, extracted) -> dict:
-    from tasks.pretrain import pretrain
+    from calo.tasks.pretrain import pretrain
 
-    return pretrain.fn(params)
+    return pretrain(params)
 
 
 @pytest.fixture(scope="session")
 def finetuned(params, pretrained) -> dict:
-    from tasks.finetune import finetune
+    from calo.tasks.finetune import finetune
 
-    return finetune.fn(params, TARGET)
+    return finetune(params, TARGET)
 
 
 @pytest.fixture(scope="session")
 def calibrated(params, finetuned) -> dict:
-    from tasks.calibrate import calibrate
+    from calo.tasks.calibrate import calibrate
 
-    return calibrate.fn(params, TARGET)
+    return calibrate(params, TARGET)
 
 
 @pytest.fixture(scope="session")
 def tuned(params, calibrated) -> dict:
-    from tasks.tune import tune, write_report
+    from calo.tasks.tune import tune, write_report
 
-    report = tune.fn(params, TARGET, "mm-64")
-    summary = write_report.fn(params, TARGET, {"mm-64": report})
+    report = tune(params, TARGET, "mm-64")
+    summary = write_report(params, TARGET, {"mm-64": report})
     return {"report": report, "summary": summary}
+
+
+@pytest.fixture(scope="session")
+def promoted(params, calibrated) -> dict:
+    from calo.tasks.promote import promote
+
+    return promote(params, TARGET)

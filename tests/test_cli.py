@@ -31,7 +31,8 @@ def tree_digest(root: Path) -> str:
 def test_help_explains_every_stage(tmp_path):
     out = calo("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for stage in ("harvest", "extract", "pretrain", "finetune", "calibrate", "tune", "run"):
+    for stage in ("harvest", "extract", "pretrain", "finetune", "calibrate", "tune", "promote",
+                  "run", "summary"):
         assert f"  {stage}" in out.stdout
     sub = calo("tune", "--help", cwd=tmp_path)
     assert "--workload" in sub.stdout and "--device" in sub.stdout
@@ -61,7 +62,7 @@ def test_malformed_target_is_rejected(tmp_path, params):
     bad.write_text(yaml.safe_dump(raw))
     out = calo("harvest", "--device", DONOR, cwd=tmp_path, params=bad)
     assert out.returncode == 2
-    assert f"device '{TARGET}': unknown target kind 'llvmx'" in out.stderr
+    assert f"devices.{TARGET}: unknown target kind 'llvmx'" in out.stderr
     assert not (tmp_path / "data").exists()
 
 
@@ -102,4 +103,21 @@ def test_unknown_finetune_layers_are_rejected(tmp_path, params):
     bad.write_text(yaml.safe_dump(raw))
     out = calo("finetune", "--device", TARGET, cwd=tmp_path, params=bad)
     assert out.returncode == 2
-    assert "finetune.layers must be 'head' or 'all', got 'encoder'" in out.stderr
+    assert "params.yaml: finetune.layers must be one of head, all, got 'encoder'" in out.stderr
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda raw: raw["train"].update(lr="fast"), "train.lr must be a number, got 'fast'"),
+    (lambda raw: raw["tune"].update(max_trials=True), "tune.max_trials must be an integer"),
+    (lambda raw: raw["harvest"].update(batchsize=8), "unknown key 'harvest.batchsize'"),
+    (lambda raw: raw["model"].pop("hidden"), "model.hidden is missing"),
+    (lambda raw: raw.pop("tune"), "params.yaml: tune is missing"),
+])
+def test_bad_settings_stop_at_load_naming_the_key(tmp_path, params, edit, message):
+    raw = yaml.safe_load(Path(params.path).read_text())
+    edit(raw)
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = calo("records", "--device", TARGET, cwd=tmp_path, params=bad)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert out.stderr.strip().count("\n") == 0

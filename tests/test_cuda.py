@@ -9,7 +9,7 @@ import pytest
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from calo import records
+from calo import paths, records
 from calo.build import build_and_export
 from calo.devices import make_target
 from calo.measure import device_type
@@ -19,7 +19,7 @@ from tests.conftest import with_devices
 
 @pytest.fixture(scope="module")
 def cuda_params(params):
-    return with_devices(params, **{"gpu": dict(params["device_templates"]["cuda"],
+    return with_devices(params, **{"gpu": dict(params.raw["device_templates"]["cuda"],
                                                candidates_per_workload=2)})
 
 
@@ -40,8 +40,8 @@ def test_cuda_candidates_are_thread_bound_and_build(cuda_params):
 
 @pytest.mark.skipif(not tvm.cuda(0).exist, reason="needs a CUDA GPU")
 def test_cuda_harvest_measures_on_the_gpu(cuda_params):
-    from tasks.harvest import harvest
+    from calo.tasks.harvest import harvest
 
-    summary = harvest.fn(cuda_params, "gpu", ["mm-64"])
+    summary = harvest(cuda_params, "gpu", ["mm-64"])
     assert summary["measured"] == 2 and summary["failed"] == 0
-    assert all(r.latency for r in records.iter_records(cuda_params.records_dir("gpu")))
+    assert all(r.latency for r in records.iter_records(paths.records_dir("gpu")))

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from calo import paths
 from calo.cli import main
 from tests.conftest import TARGET
 
@@ -14,7 +15,7 @@ KEYS = {"kendall_tau", "top1", "top5", "regret", "ece", "nll"}
 def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
         params, pretrained, tmp_path, capsys):
     out = tmp_path / "report.json"
-    code = main(["evaluate", "--model", "donor", "--records", str(params.records_dir(TARGET)),
+    code = main(["evaluate", "--model", "donor", "--records", str(paths.records_dir(TARGET)),
                  "--warmup-fraction", "0.5", "--json", str(out)])
     assert code == 0
     report = json.loads(out.read_text())
@@ -34,7 +35,7 @@ def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
 
 def test_evaluate_reads_a_database_written_by_plain_tune_tir(params, tuned, tmp_path):
     # data/tune/<device>/<workload>/xgb is exactly what ms.tune_tir wrote
-    source = params.tune_dir(TARGET) / "mm-64" / "xgb"
+    source = paths.tune_dir(TARGET) / "mm-64" / "xgb"
     out = tmp_path / "report.json"
     assert main(["evaluate", "--model", "donor", "--records", str(source),
                  "--json", str(out)]) == 0
@@ -51,7 +52,7 @@ def test_evaluate_reads_a_database_written_by_plain_tune_tir(params, tuned, tmp_
     (["--model", "no-such-alias"], "no 'calo-gnn' model with alias 'no-such-alias'"),
 ])
 def test_evaluate_bad_input_is_one_line(params, pretrained, capsys, args, message):
-    given = {"--model": "donor", "--records": str(params.records_dir(TARGET)),
+    given = {"--model": "donor", "--records": str(paths.records_dir(TARGET)),
              **dict(zip(args[::2], args[1::2]))}
     assert main(["evaluate"] + [x for kv in given.items() for x in kv]) == 2
     assert message in capsys.readouterr().err

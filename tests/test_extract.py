@@ -1,5 +1,3 @@
-import copy
-
 import numpy as np
 import pytest
 import torch
@@ -7,9 +5,10 @@ import tvm
 from tvm import te
 from tvm.s_tir import Schedule
 
-from calo import graphs
-from calo.config import CaloError, Params
+from calo import graphs, paths
 from calo.dataset import load_graphs, to_data
+from calo.errors import CaloError
+from calo.models.training import predict
 from calo.records import iter_records
 from calo.schedule_graph import (
     DATAFLOW,
@@ -20,9 +19,8 @@ from calo.schedule_graph import (
     NUM_FEATURES,
     extract_graph,
 )
-from models.training import predict
-from tasks.extract import extract
-from tasks.pretrain import donor_splits, train_kwargs, train_on_donor
+from calo.tasks.extract import extract
+from calo.tasks.pretrain import donor_splits, train_on_donor
 from tests.conftest import DONOR
 
 COL = {name: i for i, name in enumerate(FEATURES)}
@@ -66,7 +64,7 @@ def test_graph_of_a_known_schedule():
 
 
 def test_extract_saves_a_graph_per_successful_record(params, extracted):
-    graphs = load_graphs(params.graphs_path(DONOR), params.graph_kind)
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
     assert len(graphs) == extracted[DONOR]["graphs"] >= 20
     assert extracted[DONOR]["graphs"] + extracted[DONOR]["failed_records_skipped"] == 28
     for g in graphs.graphs:
@@ -154,19 +152,16 @@ def test_ast_graph_holds_every_statement_and_expression():
 
 def test_the_ast_kind_runs_extract_pretrain_and_prediction(params, harvested, tmp_path,
                                                           monkeypatch):
-    raw = copy.deepcopy(params.raw)
-    raw["graph"]["kind"] = "ast"
-    ast = Params(raw=raw, path=params.path)
+    ast = params.override({"graph.kind": "ast", "train.max_epochs": 2})
     # Its own data/ (the session's schedule graphs stay), reading the session's records.
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "records").symlink_to(params.records_dir(DONOR).resolve().parent)
+    (tmp_path / "data" / "records").symlink_to(paths.records_dir(DONOR).resolve().parent)
     monkeypatch.chdir(tmp_path)
-    assert extract.fn(ast, DONOR)["kind"] == "ast"
+    assert extract(ast, DONOR)["kind"] == "ast"
     with pytest.raises(CaloError, match="holds ast graphs"):
-        load_graphs(ast.graphs_path(DONOR), "schedule")
-    cfg = {**train_kwargs(ast["train"]), "max_epochs": 2}
-    model, config, metrics = train_on_donor(ast, *donor_splits(ast), cfg)
-    assert config["graph"] == "ast" and np.isfinite(metrics["test_nll"])
-    rec = next(r for r in iter_records(ast.records_dir(DONOR)) if r.latency is not None)
-    d = predict(model, [to_data(graphs.of_record("ast", rec.record))])
+        load_graphs(paths.graphs_path(DONOR), "schedule")
+    trained, metrics = train_on_donor(ast, *donor_splits(ast))
+    assert trained.graph_kind == "ast" and np.isfinite(metrics["test_nll"])
+    rec = next(r for r in iter_records(paths.records_dir(DONOR)) if r.latency is not None)
+    d = predict(trained.net, [to_data(graphs.of_record("ast", rec.record))])
     assert torch.isfinite(d.gamma).all()

@@ -5,8 +5,8 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.script import tirx as T
 
-from calo import records
-from calo.config import CaloError
+from calo import paths, records
+from calo.errors import CaloError
 from calo.measure import (
     BUILD_ERROR,
     OK,
@@ -42,9 +42,9 @@ def test_a_build_error_is_reported_in_place_and_the_batch_goes_on(params, tmp_pa
     bad = _candidate(tvm.IRModule({"main": _no_llvm_lowering}))
     seen = []
     device = params.device("cpu-b")
-    builder = make_builder(params["harvest"])
+    builder = make_builder(params.harvest)
     try:
-        results = measure(builder, make_runner(device, params["harvest"]),
+        results = measure(builder, make_runner(device, params.harvest),
                           tvm.target.Target({"kind": "llvm"}), [good, bad, good],
                           lambda i, r: seen.append(i))
     finally:
@@ -59,7 +59,7 @@ def test_a_build_error_is_reported_in_place_and_the_batch_goes_on(params, tmp_pa
 def test_a_run_timeout_is_a_timeout(params):
     slow = _candidate(create_mod(params.workload("matmul@paper")))  # 4096x4096x1024, untuned
     fast = _candidate(create_mod(params.workload("mm-64")))
-    cfg = dict(params["harvest"], run_timeout_s=1)
+    cfg = params.override({"harvest.run_timeout_s": 1}).harvest
     builder = make_builder(cfg)
     try:
         results = measure(builder, make_runner(params.device("cpu-b"), cfg),
@@ -70,28 +70,28 @@ def test_a_run_timeout_is_a_timeout(params):
 
 
 def test_harvest_keeps_failed_runs_and_build_timeouts_as_failed_records(params):
-    from tasks.extract import extract
-    from tasks.harvest import harvest
+    from calo.tasks.extract import extract
+    from calo.tasks.harvest import harvest
 
     # Code for another CPU builds here but cannot be loaded here: every run fails.
     arm = {"target": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 1},
            "runner": {"kind": "local", "num_threads": 1}, "candidates_per_workload": 4}
     p = with_devices(params, **{"fault-arm": arm})
-    summary = harvest.fn(p, "fault-arm", ["mm-64"])
+    summary = harvest(p, "fault-arm", ["mm-64"])
     assert summary["measured"] == summary["failed"] == 4
-    recs = list(records.iter_records(p.records_dir("fault-arm")))
+    recs = list(records.iter_records(paths.records_dir("fault-arm")))
     assert [r.status for r in recs] == [RUN_ERROR] * 4 and all(r.latency is None for r in recs)
-    meta = records.load_meta(p.records_dir("fault-arm")).values()
+    meta = records.load_meta(paths.records_dir("fault-arm")).values()
     assert all("error" in m for m in meta)
 
     # A build that cannot finish in time is a timeout, stored and skipped over the same way.
     slow = with_devices(params, {"build_timeout_s": 0.01}, **{
         "fault-slow-build": dict(arm, target={"kind": "llvm", "num-cores": 1})})
-    summary = harvest.fn(slow, "fault-slow-build", ["mm-64"])
+    summary = harvest(slow, "fault-slow-build", ["mm-64"])
     assert summary["measured"] == summary["failed"] == 4
-    recs = list(records.iter_records(slow.records_dir("fault-slow-build")))
+    recs = list(records.iter_records(paths.records_dir("fault-slow-build")))
     assert {r.status for r in recs} == {TIMEOUT}
 
     # Failed measurements are never labels: nothing to extract from these stores.
     with pytest.raises(CaloError, match="no successful measurements"):
-        extract.fn(p, "fault-arm")
+        extract(p, "fault-arm")

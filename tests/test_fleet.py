@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,8 +18,9 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from calo import paths
 from calo.cli import main
-from tests.conftest import TARGET
+from tests.conftest import DONOR, TARGET, copy_project
 
 BIN = Path(sys.executable).parent
 POOL = "calo-test"
@@ -50,8 +52,9 @@ def prefect_api(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-home")
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
+    # A registry of its own: the deployed project's runs leave the session's aliases alone.
     base = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "DO_NOT_TRACK": "1"}
+            "DO_NOT_TRACK": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
     base.pop("PREFECT_API_URL", None)
     logs = home / "server.log"
     server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
@@ -93,11 +96,11 @@ def _run_deployment(name: str, env: dict, cwd: Path, parameters: dict | None = N
 
 
 def test_added_device_runs_through_a_prefect_server_and_worker_and_is_gated(
-        params, pretrained, prefect_api, tmp_path):
-    # A project directory of its own; the donor model comes from the shared registry.
-    project = tmp_path / "project"
-    project.mkdir()
+        params, harvested, prefect_api, tmp_path):
+    # A project of its own, holding the donor's measured records (nothing re-measured there).
+    project = copy_project(tmp_path / "project")
     (project / "params.yaml").write_text(params.path.read_text())
+    shutil.copytree(paths.records_dir(DONOR).resolve(), project / paths.records_dir(DONOR))
     env = {**prefect_api, "CALO_PARAMS": str(project / "params.yaml")}
     device = "new-cpu"
     added = _calo(["device", "add", device, "--target", '{"kind": "llvm", "num-cores": 1}',
@@ -110,20 +113,20 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_gated(
     assert device in recorded["targets"] and recorded["devices"][device]["target"]["kind"] == "llvm"
 
     # Tuning is covered by the pipeline's own tests; here the flow refreshes the model only.
-    no_tuning = {"tune_workloads": []}
+    no_tuning = {"tune": False}
     assert _run_deployment(f"device-run/{device}", env, project, no_tuning) == "COMPLETED"
-    client = MlflowClient()
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
     first = client.get_model_version_by_alias("calo-gnn", device)
     assert first.tags["device"] == device and first.tags["promoted"] == "True"
     assert "temperature" in first.tags  # calibrate ran in the deployment too
+    assert (project / paths.calibrated_dir(device)).is_dir()  # its stages ran in the project
+    assert f"calibrate@{device}" in (project / "dvc.lock").read_text()  # ... through DVC
 
-    # The same deployment with parameters that wreck the fine-tune: registered, not promoted.
+    # The project's fine-tune settings changed to wreck it: registered, not promoted.
     worse = copy.deepcopy(recorded)
     worse["finetune"].update({"lr": 50.0, "layers": "all"})
-    (project / "worse.yaml").write_text(yaml.safe_dump(worse, sort_keys=False))
-    assert _run_deployment(f"device-run/{device}", env, project,
-                           {**no_tuning, "params_path": str(project / "worse.yaml")}
-                           ) == "COMPLETED"
+    (project / "params.yaml").write_text(yaml.safe_dump(worse, sort_keys=False))
+    assert _run_deployment(f"device-run/{device}", env, project, no_tuning) == "COMPLETED"
     versions = client.search_model_versions(f"name = 'calo-gnn' and tag.device = '{device}'")
     newest = max(versions, key=lambda v: int(v.version))
     assert int(newest.version) > int(first.version)

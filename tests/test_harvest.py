@@ -2,13 +2,14 @@ import json
 
 from tvm.s_tir import meta_schedule as ms
 
+from calo import paths
 from calo.records import EVOLVED, RANDOM, RECORD_FILE, candidate_id, count_by_workload, iter_records
 from tests.conftest import DONOR, TARGET
 
 
 def test_harvest_measures_each_workload_up_to_its_count(params, harvested):
     for device in (DONOR, TARGET):
-        store = params.records_dir(device)
+        store = paths.records_dir(device)
         counts = count_by_workload(store)
         assert sorted(counts.values()) == [14, 14]
         assert harvested[device]["measured"] == 28
@@ -20,7 +21,7 @@ def test_harvest_measures_each_workload_up_to_its_count(params, harvested):
 
 def test_each_record_knows_its_source_random_first_then_evolved(params, harvested):
     for device in (DONOR, TARGET):
-        recs = list(iter_records(params.records_dir(device)))
+        recs = list(iter_records(paths.records_dir(device)))
         for name in ("mm-64", "mm-relu-32x64"):
             sources = [r.source for r in recs if r.workload_name == name][:14]
             # evolved_fraction 0.5 of 14: seven random samples, then seven evolved candidates
@@ -31,20 +32,20 @@ def test_each_record_knows_its_source_random_first_then_evolved(params, harveste
 
 
 def test_store_is_a_plain_tvm_json_database(params, harvested):
-    db = ms.database.JSONDatabase(work_dir=str(params.records_dir(DONOR)))
+    db = ms.database.JSONDatabase(work_dir=str(paths.records_dir(DONOR)))
     assert len(db.get_all_tuning_records()) == 28
 
 
 def test_second_harvest_measures_nothing_and_a_larger_count_tops_up(params, harvested):
-    from tasks.harvest import harvest
+    from calo.tasks.harvest import harvest
 
-    store = params.records_dir(TARGET)
+    store = paths.records_dir(TARGET)
     before = (store / RECORD_FILE).read_text()
-    again = harvest.fn(params, TARGET)
+    again = harvest(params, TARGET)
     assert again["measured"] == 0 and again["existing"] == 28
     assert (store / RECORD_FILE).read_text() == before
 
-    more = harvest.fn(params, TARGET, ["mm-64"], 16)
+    more = harvest(params, TARGET, ["mm-64"], 16)
     assert more["measured"] == 2
     after = (store / RECORD_FILE).read_text()
     assert after.startswith(before)  # appended, nothing rewritten
@@ -61,12 +62,12 @@ def test_kill_9_mid_harvest_loses_nothing_and_resumes(params, workdir):
     import sys
     import time
 
-    from tasks.harvest import harvest
+    from calo.tasks.harvest import harvest
     from tests.conftest import KILLED
 
-    store = params.records_dir(KILLED) / RECORD_FILE
-    script = ("from calo.config import load_params; from tasks.harvest import harvest; "
-              f"harvest.fn(load_params({str(params.path)!r}), {KILLED!r}, ['mm-64'])")
+    store = paths.records_dir(KILLED) / RECORD_FILE
+    script = ("from calo.config import load_settings; from calo.tasks.harvest import harvest; "
+              f"harvest(load_settings({str(params.path)!r}), {KILLED!r}, ['mm-64'])")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=workdir,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
@@ -80,12 +81,12 @@ def test_kill_9_mid_harvest_loses_nothing_and_resumes(params, workdir):
     survived = store.read_text().splitlines()
     assert 5 <= len(survived) < 20
 
-    resumed = harvest.fn(params, KILLED, ["mm-64"])
+    resumed = harvest(params, KILLED, ["mm-64"])
     assert resumed["existing"] == len(survived)
     assert resumed["measured"] == 20 - len(survived)
     lines = store.read_text().splitlines()
     assert lines[: len(survived)] == survived and len(lines) == 20
     # the killed process left no torn line: the whole store still parses
-    recs = list(iter_records(params.records_dir(KILLED)))
+    recs = list(iter_records(paths.records_dir(KILLED)))
     assert len(recs) == 20
     assert len({candidate_id(r.workload_key, r.record.trace) for r in recs}) == 20

@@ -3,15 +3,16 @@ import pytest
 import torch
 from scipy import stats
 
+from calo import paths
 from calo.dataset import load_graphs
-from models.calibration import (
+from calo.models.calibration import (
     confidence_levels,
     fit_temperature,
     regression_ece,
     student_t_nll,
 )
-from models.evidential import NIG, EvidentialSAGE, evidential_loss, nig_nll
-from models.training import fit, mean_nll, predict
+from calo.models.evidential import NIG, EvidentialSAGE, evidential_loss, nig_nll
+from calo.models.training import fit, mean_nll, predict
 from tests.conftest import DONOR
 
 LEVELS = confidence_levels(19)
@@ -62,7 +63,7 @@ def test_fit_temperature_recovers_the_missing_scale():
 
 
 def test_training_on_measured_graphs_fits_them_and_keeps_the_best_epoch(params, extracted):
-    graphs = load_graphs(params.graphs_path(DONOR), params.graph_kind)
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
     train, val = graphs.graphs[::2], graphs.graphs[1::2]
     torch.manual_seed(0)
     model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=32, layers=2)
@@ -78,7 +79,7 @@ def test_training_on_measured_graphs_fits_them_and_keeps_the_best_epoch(params, 
 
 
 def test_pairwise_rank_loss_rewards_the_measured_order():
-    from models.evidential import pairwise_rank_loss
+    from calo.models.evidential import pairwise_rank_loss
 
     y = torch.tensor([0.0, 1.0, 2.0])
     assert pairwise_rank_loss(y, y) < pairwise_rank_loss(y, -y)
@@ -89,7 +90,7 @@ def test_pairwise_rank_loss_rewards_the_measured_order():
     {"encoder": "gcn"}, {"pooling": "topk"}, {"attention": True}, {"head": "deterministic"},
 ])
 def test_every_model_variant_trains_on_measured_graphs(params, extracted, variant):
-    graphs = load_graphs(params.graphs_path(DONOR), params.graph_kind)
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
     train = graphs.graphs[::2]
     torch.manual_seed(0)
     model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=16, layers=2, **variant)
@@ -135,7 +136,7 @@ def test_fast_collation_matches_pyg_batching():
 
 
 def test_fused_relation_aggregation_equals_one_sageconv_per_relation():
-    from models.evidential import RelationSegments
+    from calo.models.evidential import RelationSegments
 
     torch.manual_seed(0)
     nodes, relations, hidden = 9, 4, 5

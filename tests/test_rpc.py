@@ -6,8 +6,8 @@ import pytest
 from tvm import rpc
 from tvm.rpc.tracker import Tracker
 
-from calo import records
-from calo.config import CaloError
+from calo import paths, records
+from calo.errors import CaloError
 from calo.measure import make_runner
 from tests.conftest import with_devices
 
@@ -34,12 +34,12 @@ def _rpc_device(port: int, key: str = "calo-loop") -> dict:
 
 
 def test_harvest_measures_through_the_tracker(params, tracker):
-    from tasks.harvest import harvest
+    from calo.tasks.harvest import harvest
 
     p = with_devices(params, **{"rpc-loop": _rpc_device(tracker.port)})
-    summary = harvest.fn(p, "rpc-loop", ["mm-64"])
+    summary = harvest(p, "rpc-loop", ["mm-64"])
     assert summary["measured"] == 4 and summary["failed"] == 0
-    recs = list(records.iter_records(p.records_dir("rpc-loop")))
+    recs = list(records.iter_records(paths.records_dir("rpc-loop")))
     assert len(recs) == 4 and all(0 < r.latency < 1 for r in recs)
 
 
@@ -47,7 +47,8 @@ def test_a_missing_key_or_an_unreachable_tracker_stops_before_any_work(params, t
     p = with_devices(params, **{"rpc-nokey": _rpc_device(tracker.port, "other"),
                                 "rpc-down": _rpc_device(1)})
     with pytest.raises(CaloError, match="has no server with key 'other'"):
-        make_runner(p.device("rpc-nokey"), p["harvest"])
+        make_runner(p.device("rpc-nokey"), p.harvest)
     with pytest.raises(CaloError, match="127.0.0.1:1 unreachable"):
-        make_runner(p.device("rpc-down"), p["harvest"])
-    assert not p.records_dir("rpc-nokey").exists() and not p.records_dir("rpc-down").exists()
+        make_runner(p.device("rpc-down"), p.harvest)
+    assert not paths.records_dir("rpc-nokey").exists()
+    assert not paths.records_dir("rpc-down").exists()

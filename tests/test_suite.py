@@ -1,6 +1,6 @@
 """The built-in workload suite: 38+ operators, the paper's seven, each builds and measures."""
 
-from calo import records, suite
+from calo import paths, records, suite
 from calo.cli import main
 from tests.conftest import with_devices
 
@@ -22,13 +22,13 @@ def test_calo_workloads_lists_38_operators_and_the_paper_seven(params, capsys):
 
 
 def test_every_suite_operator_builds_and_measures_at_its_small_shape(params):
-    from tasks.harvest import harvest
+    from calo.tasks.harvest import harvest
 
     device = {"target": {"kind": "llvm", "num-cores": 2}, "runner": {"kind": "local"},
               "candidates_per_workload": 1}
     p = with_devices(params, **{"suite-cpu": device})
-    summary = harvest.fn(p, "suite-cpu", suite.names())
-    recs = {r.workload_name: r for r in records.iter_records(p.records_dir("suite-cpu"))}
+    summary = harvest(p, "suite-cpu", suite.names())
+    recs = {r.workload_name: r for r in records.iter_records(paths.records_dir("suite-cpu"))}
     assert summary["measured"] == len(suite.names()) == len(recs)
     failed = {name: r.status for name, r in recs.items() if r.latency is None}
     assert not failed

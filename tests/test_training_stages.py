@@ -1,4 +1,3 @@
-import copy
 import json
 
 import numpy as np
@@ -6,8 +5,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from calo import registry
-from calo.config import Params
+from calo import paths, registry
+from calo.artifact import TrainedModel
 from calo.dataset import load_graphs
 from calo.evaluation import predictive
 from tests.conftest import DONOR, TARGET
@@ -18,52 +17,71 @@ def test_pretrain_registers_the_donor_alias(params, pretrained):
     version = client.get_model_version_by_alias("calo-gnn", "donor")
     assert version.version == pretrained["version"]
     assert version.tags["device"] == DONOR
-    assert (params.model_dir(DONOR) / registry.WEIGHTS).is_file()
+    assert "pre-trained on" in version.description
+    assert TrainedModel.load(paths.model_dir(DONOR)).temperature == pretrained["temperature"]
     assert np.isfinite(pretrained["val_nll"])
 
 
-def test_finetune_registers_a_new_version_under_the_device_alias(params, pretrained, finetuned):
+def test_finetune_adapts_the_head_and_keeps_the_encoder(params, pretrained, finetuned):
+    donor = TrainedModel.load(paths.model_dir(DONOR)).net.state_dict()
+    tuned = TrainedModel.load(paths.model_dir(TARGET)).net.state_dict()
+    head = [k for k in donor if k.startswith("head.")]
+    assert head and any(not torch.equal(donor[k], tuned[k]) for k in head)
+    # finetune.layers = head: the encoder keeps the donor's weights
+    assert all(torch.equal(donor[k], tuned[k]) for k in donor if k not in head)
+
+
+def test_promote_registers_the_calibrated_artifact_under_the_device_alias(params, promoted):
     client = MlflowClient()
     donor = client.get_model_version_by_alias("calo-gnn", "donor")
     device = client.get_model_version_by_alias("calo-gnn", TARGET)
+    assert device.version == promoted["version"] and promoted["promoted"]
     assert int(device.version) > int(donor.version)
-    assert device.tags["donor"] == DONOR
-    donor_model, _ = registry.load_model(params.model_dir(DONOR))
-    tuned_model, _ = registry.load_model(params.model_dir(TARGET))
-    donor_w, tuned_w = donor_model.state_dict(), tuned_model.state_dict()
-    head = [k for k in donor_w if k.startswith("head.")]
-    assert head and any(not torch.equal(donor_w[k], tuned_w[k]) for k in head)
-    # finetune.layers = head: the encoder keeps the donor's weights
-    assert all(torch.equal(donor_w[k], tuned_w[k]) for k in donor_w if k not in head)
+    assert device.tags["donor"] == DONOR and "data_sha256" in device.tags
+    assert f"donor version {donor.version}" in device.description
+    assert client.get_registered_model("calo-gnn").description == registry.MODEL_DESCRIPTION
 
 
-def test_registered_model_loads_back_with_weights_only(params, calibrated):
-    model, config, version = registry.load_registered(params, TARGET)
-    local, _ = registry.load_model(params.model_dir(TARGET))
-    graphs = load_graphs(params.graphs_path(TARGET), params.graph_kind)
-    assert np.allclose(predictive(model, graphs)[1], predictive(local, graphs)[1])
-    stored = json.loads(params.calibration_path(TARGET).read_text())["temperature"]
-    assert config["temperature"] == stored
+def test_registered_model_loads_back_as_the_same_artifact(params, promoted):
+    trained, version = registry.load_registered(params, TARGET)
+    local = TrainedModel.load(paths.calibrated_dir(TARGET))
+    graphs = load_graphs(paths.graphs_path(TARGET), params.graph.kind)
+    assert np.allclose(predictive(trained.net, graphs)[1], predictive(local.net, graphs)[1])
+    assert trained.temperature == local.temperature == json.loads(
+        paths.report_path("calibration", TARGET).read_text())["temperature"]
+
+
+def test_promoting_the_same_model_again_registers_nothing(params, promoted):
+    from calo.tasks.promote import promote
+
+    client = MlflowClient()
+    count = len(client.search_model_versions("name = 'calo-gnn'"))
+    again = promote(params, TARGET)
+    assert again["version"] == promoted["version"]
+    assert len(client.search_model_versions("name = 'calo-gnn'")) == count
 
 
 def test_calibrate_writes_metrics_and_never_worsens_validation_ece(params, calibrated):
-    metrics = json.loads(params.metrics_path("calibration", TARGET).read_text())
+    metrics = json.loads(paths.report_path("calibration", TARGET).read_text())
+    headline = json.loads(paths.metrics_path("calibration", TARGET).read_text())
+    assert headline["temperature"] == metrics["temperature"]
+    assert headline["ece"]["after"] == metrics["test_ece_after"]
     for key in ("ece", "nll"):
         assert f"val_{key}_before" in metrics and f"val_{key}_after" in metrics
     # tau = 1 is among the candidates, so the fitted tau is never worse on its own data
     assert metrics["val_ece_after"] <= metrics["val_ece_before"] + 1e-12
     assert metrics["temperature"] > 0
-    stored = json.loads(params.calibration_path(TARGET).read_text())
-    assert stored["temperature"] == metrics["temperature"]
+    assert TrainedModel.load(paths.model_dir(TARGET)).temperature == 1.0
+    assert TrainedModel.load(paths.calibrated_dir(TARGET)).temperature == metrics["temperature"]
 
 
 def test_calibrate_draws_the_reliability_diagram_it_scores(params, calibrated):
-    base = params.metrics_path("calibration", TARGET)
+    base = paths.metrics_path("calibration", TARGET)
     png = base.with_name(f"{TARGET}-reliability.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = json.loads(base.with_name(f"{TARGET}-reliability.json").read_text())
-    assert len(rows) == params["calibrate"]["levels"]
-    metrics = json.loads(base.read_text())
+    assert len(rows) == params.calibrate.levels
+    metrics = json.loads(paths.report_path("calibration", TARGET).read_text())
     # the plotted curves are the ECE's: mean |observed - level| on the held-out probes
     split = "test" if metrics["test_count"] else "val"
     for when in ("before", "after"):
@@ -72,15 +90,10 @@ def test_calibrate_draws_the_reliability_diagram_it_scores(params, calibrated):
 
 
 def test_sweep_trains_every_setting_as_an_mlflow_run_and_reports_the_best(params, extracted):
-    import copy
+    from calo.tasks.sweep import sweep
 
-    from calo.config import Params
-    from tasks.sweep import sweep
-
-    raw = copy.deepcopy(params.raw)
-    raw["sweep"] = {"lr": [3e-3, 1e-4], "weight_decay": [0.0], "lam": [1e-2]}
-    raw["train"]["max_epochs"] = 4
-    out = sweep.fn(Params(raw=raw, path=params.path))
+    out = sweep(params.override({"sweep": {"lr": [3e-3, 1e-4], "weight_decay": [0.0],
+                                           "lam": [1e-2]}, "train.max_epochs": 4}))
     assert [(r["lr"], r["lam"]) for r in out["results"]] == [(3e-3, 1e-2), (1e-4, 1e-2)]
     assert out["best"]["val_nll"] == min(r["val_nll"] for r in out["results"])
     client = MlflowClient()
@@ -90,21 +103,36 @@ def test_sweep_trains_every_setting_as_an_mlflow_run_and_reports_the_best(params
     assert len(children) == 2 and all("val_nll" in r.data.metrics for r in children)
 
 
-def test_a_worse_challenger_is_registered_but_does_not_take_the_alias(params, calibrated):
-    from tasks.finetune import finetune
+def test_a_worse_challenger_is_registered_but_does_not_take_the_alias(
+        params, promoted, workdir, tmp_path, monkeypatch):
+    from calo.tasks.calibrate import calibrate
+    from calo.tasks.finetune import finetune
+    from calo.tasks.promote import promote
 
+    # The challenger's stages write into a project of their own; the registry is shared.
+    for shared in (paths.graphs_path(TARGET), paths.model_dir(DONOR)):
+        (tmp_path / shared).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / shared).symlink_to(workdir / shared)
+    monkeypatch.chdir(tmp_path)
     client = MlflowClient()
     champion = client.get_model_version_by_alias("calo-gnn", TARGET)
-    assert champion.tags["promoted"] == "True" and "data_sha256" in champion.tags
-    weights = (params.model_dir(TARGET) / registry.WEIGHTS).read_bytes()
-    raw = copy.deepcopy(params.raw)
-    raw["finetune"].update({"lr": 50.0, "layers": "all"})  # a step size that wrecks the model
-    summary = finetune.fn(Params(raw=raw, path=params.path), TARGET)
+    wrecked = params.override({"finetune.lr": 50.0, "finetune.layers": "all"})  # a wild step
+    finetune(wrecked, TARGET)
+    calibrate(wrecked, TARGET)
+    summary = promote(wrecked, TARGET)
     assert summary["promoted"] is False and "not better than the champion" in summary["promotion"]
     challenger = client.get_model_version("calo-gnn", summary["version"])
     assert int(challenger.version) > int(champion.version)
     assert challenger.tags["promoted"] == "False"
     assert challenger.tags["promotion"] == summary["promotion"]
-    # the alias and the device's model directory still hold the champion
+    assert "Not promoted" in challenger.description
     assert client.get_model_version_by_alias("calo-gnn", TARGET).version == champion.version
-    assert (params.model_dir(TARGET) / registry.WEIGHTS).read_bytes() == weights
+
+
+def test_a_promotion_decided_against_a_moved_alias_is_refused(params, promoted):
+    from calo.errors import CaloError
+
+    current = registry.aliased_version(params, TARGET).version
+    with pytest.raises(CaloError, match="moved"):
+        registry.move_alias(params, TARGET, current, expected=str(int(current) - 1))
+    assert registry.aliased_version(params, TARGET).version == current

@@ -1,4 +1,3 @@
-import copy
 import json
 import math
 
@@ -8,10 +7,10 @@ import tvm
 from mlflow.tracking import MlflowClient
 from tvm.s_tir import meta_schedule as ms
 
-from calo.config import Params
+from calo import paths
 from calo.records import iter_records
+from calo.tasks.tune import best_so_far, load_tuning_model, trials_to_quality, write_report
 from calo.workloads import create_mod
-from tasks.tune import best_so_far, load_tuning_model, trials_to_quality, write_report
 from tests.conftest import TARGET
 
 
@@ -21,22 +20,28 @@ def test_tune_compares_both_models_on_the_same_budget(params, tuned):
         run = report[which]
         assert run["trials"] == 8
         assert run["best_latency_us"] > 0
-        store = params.tune_dir(TARGET) / "mm-64" / which
+        store = paths.tune_dir(TARGET) / "mm-64" / which
         assert len(list(iter_records(store))) == 8
     best = min(report["calo"]["best_latency_us"], report["xgb"]["best_latency_us"])
     winner = "calo" if report["calo"]["best_latency_us"] == best else "xgb"
     assert report[winner]["trials_to_quality"] is not None
-    metrics = json.loads(params.metrics_path("tune", TARGET).read_text())
-    assert metrics["workloads"]["mm-64"]["calo"]["trials"] == 8
+    report = json.loads(paths.report_path("tune", TARGET).read_text())
+    assert report["workloads"]["mm-64"]["calo"]["trials"] == 8
+    assert "curve_us" not in report["workloads"]["mm-64"]["calo"]  # curves are plots, below
+    # the metrics file holds a few headline scalars (`dvc metrics show` stays readable)
+    metrics = json.loads(paths.metrics_path("tune", TARGET).read_text())
+    assert set(metrics) == {"workloads", "calo_reached", "xgb_reached", "ratio"}
+    assert metrics["ratio"] == report["summary"]["geomean_trials_ratio_calo_vs_xgb"]
     # best-so-far curves: a DVC plot, and with the report an artifact of a calo-tune run
-    path = params.metrics_path("tune", TARGET)
+    path = paths.metrics_path("tune", TARGET)
     rows = json.loads(path.with_name(f"{TARGET}-curves.json").read_text())
     assert {r["run"] for r in rows} == {"mm-64 calo", "mm-64 xgb"}
     assert max(r["trial"] for r in rows) == 8
     client = MlflowClient()
     runs = client.search_runs([client.get_experiment_by_name("calo-tune").experiment_id])
     logged = {a.path for a in client.list_artifacts(runs[0].info.run_id)}
-    assert {f"{TARGET}.json", f"{TARGET}-curves.png", f"{TARGET}-curves.json"} <= logged
+    assert {f"{TARGET}.json", f"{TARGET}-report.json", f"{TARGET}-curves.png",
+            f"{TARGET}-curves.json"} <= logged
 
 
 def test_quality_helpers():
@@ -48,11 +53,14 @@ def test_quality_helpers():
 
 def test_report_counts_a_miss_as_budget_plus_one(params):
     def run(reach):
-        return {"trials_to_quality": reach, "trials": 100, "best_latency_us": 1.0, "wall_s": 1.0}
+        return {"trials_to_quality": reach, "trials": 100, "best_latency_us": 1.0, "wall_s": 1.0,
+                "curve_us": [2.0, 1.0]}
 
-    reports = {"hit": {"calo": run(10), "xgb": run(40), "trials_ratio_calo_vs_xgb": 0.25},
-               "miss": {"calo": run(None), "xgb": run(101), "trials_ratio_calo_vs_xgb": 1.0}}
-    summary = write_report.fn(params, "report-check", reports)
+    reports = {"hit": {"calo": run(10), "xgb": run(40), "trials_ratio_calo_vs_xgb": 0.25,
+                       "ratio_censored": False},
+               "miss": {"calo": run(None), "xgb": run(101), "trials_ratio_calo_vs_xgb": 1.0,
+                        "ratio_censored": True}}
+    summary = write_report(params, "report-check", reports)
     assert summary["calo_reached_quality"] == 1 and summary["xgb_reached_quality"] == 2
     assert summary["calo_reached_first_or_tied"] == 1
     assert math.isclose(summary["geomean_trials_ratio_calo_vs_xgb"], 0.5)
@@ -90,9 +98,20 @@ def test_cost_model_scores_and_decaying_kappa(params, calibrated):
 
 
 def test_all_layer_updates_adapt_the_encoder_too(params, calibrated):
-    raw = copy.deepcopy(params.raw)
-    raw["tune"]["update_layers"] = "all"
-    model = load_tuning_model(Params(raw=raw, path=params.path), TARGET)
+    model = load_tuning_model(params.override({"tune.update_layers": "all"}), TARGET)
     changed = _weights_changed_by_update(model, *_mm64_candidates(params))
     assert any(k.startswith("head.") for k in changed)
     assert any(not k.startswith("head.") for k in changed)
+
+
+def test_cost_model_save_load_keeps_its_whole_state(params, calibrated, tmp_path):
+    """As TVM's XGBModel does: a loaded model scores exactly as the saved one would."""
+    ctx, cands, results = _mm64_candidates(params)
+    model = load_tuning_model(params, TARGET)
+    model.update(ctx, cands[:3], results[:3])
+    model.save(str(tmp_path / "saved"))
+    fresh = load_tuning_model(params, TARGET)
+    fresh.load(str(tmp_path / "saved"))
+    assert fresh.round == model.round == 1 and len(fresh.measured) == len(model.measured)
+    assert fresh.temperature == model.temperature
+    assert np.array_equal(fresh.predict(ctx, cands), model.predict(ctx, cands))

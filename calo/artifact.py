@@ -1,0 +1,123 @@
+"""A trained cost model as one artifact: network weights, its configuration and its temperature.
+
+On disk it is a directory of two files, `weights.pt` (a state dict, standardization included,
+loaded with `weights_only=True`: nothing unpickles code) and `model.json` (the configuration,
+the graph schema it reads and the calibration temperature). The pipeline's stages, the MLflow
+registry, `calo evaluate`, the benchmarks and the Meta-Schedule cost model all save and load it
+here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from calo import config as cfg
+from calo import paths
+from calo.dataset import GraphSet, load_graphs
+from calo.errors import CaloError, reason
+from calo.graphs import schema
+from calo.models.evidential import EvidentialSAGE
+
+WEIGHTS, CONFIG = "weights.pt", "model.json"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What it takes to rebuild the network and feed it: architecture and graph schema."""
+
+    graph: str
+    features: tuple[str, ...]
+    edge_types: tuple[str, ...]
+    hidden: int
+    layers: int
+    encoder: str = "sage"
+    pooling: str = "meanmax"
+    head: str = "evidential"
+    attention: bool = False
+
+    @classmethod
+    def of(cls, graph: cfg.Graph, model: cfg.Model) -> ModelConfig:
+        features, edge_types = schema(graph.kind)
+        return cls(graph.kind, tuple(features), tuple(edge_types), model.hidden, model.layers,
+                   model.encoder, model.pooling, model.head, model.attention)
+
+    def build(self) -> EvidentialSAGE:
+        features, edge_types = schema(self.graph)
+        if self.features != tuple(features) or self.edge_types != tuple(edge_types):
+            raise CaloError(f"model reads a different {self.graph} graph schema than this code "
+                            "extracts: re-run extract and pretrain")
+        return EvidentialSAGE(len(features), len(edge_types), self.hidden, self.layers,
+                              encoder=self.encoder, pooling=self.pooling, head=self.head,
+                              attention=self.attention)
+
+
+@dataclass
+class TrainedModel:
+    net: EvidentialSAGE
+    config: ModelConfig
+    temperature: float = 1.0        # served variance = temperature^2 * variance
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)  # lineage: donor, records
+
+    @classmethod
+    def new(cls, settings: cfg.Settings) -> TrainedModel:
+        config = ModelConfig.of(settings.graph, settings.model)
+        return cls(config.build(), config)
+
+    @property
+    def graph_kind(self) -> str:
+        return self.config.graph
+
+    def save(self, path: Path) -> Path:
+        """Write both files; a file of a previous model at path is replaced whole."""
+        path.mkdir(parents=True, exist_ok=True)
+        for name, write in ((WEIGHTS, lambda p: torch.save(self.net.state_dict(), p)),
+                            (CONFIG, lambda p: p.write_text(json.dumps(self.describe(),
+                                                                       indent=1)))):
+            tmp = path / f".{name}.tmp"
+            write(tmp)
+            tmp.replace(path / name)
+        return path
+
+    def describe(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.config), "temperature": self.temperature,
+                "info": self.info}
+
+    @classmethod
+    def load(cls, path: Path) -> TrainedModel:
+        """The model saved at path, in eval mode; anything missing or inconsistent is refused
+        with one line."""
+        if not (path / WEIGHTS).is_file() or not (path / CONFIG).is_file():
+            raise CaloError(f"no model at {path} (expected {WEIGHTS} and {CONFIG})")
+        try:
+            blob = json.loads((path / CONFIG).read_text())
+            fields = {f.name for f in dataclasses.fields(ModelConfig)}
+            config = ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                    for k, v in blob.items() if k in fields})
+            temperature = float(blob["temperature"])
+        except (ValueError, TypeError, KeyError) as err:
+            raise CaloError(f"{path / CONFIG} is not a model configuration: {reason(err)}") \
+                from None
+        net = config.build()
+        try:
+            state = torch.load(path / WEIGHTS, weights_only=True)
+            net.load_state_dict(state)
+        except Exception as err:  # truncated file, foreign pickle, or other shapes
+            raise CaloError(f"{path / WEIGHTS} does not hold this model's weights: "
+                            f"{reason(err)[:160]}") from None
+        net.eval()
+        return cls(net, config, temperature, dict(blob.get("info", {})))
+
+
+def load_with_graphs(device: str, model_dir: Path, made_by: str) -> tuple[TrainedModel, GraphSet]:
+    """A device's model from one stage's output and the device's graphs, of the kind it reads.
+    `made_by` names the stage that writes model_dir, for the error when it has not run."""
+    if not model_dir.is_dir():
+        raise CaloError(f"no model for '{device}' in {model_dir}: run `calo {made_by}` first")
+    trained = TrainedModel.load(model_dir)
+    return trained, load_graphs(paths.graphs_path(device), trained.graph_kind)

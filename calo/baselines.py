@@ -1,0 +1,27 @@
+"""TVM's own XGBoost cost model, built and trained one way for every stage and benchmark."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tvm.s_tir import meta_schedule as ms
+
+from calo.records import Record
+
+
+def xgb_model(cores: int, warmup: bool = False) -> ms.cost_model.XGBModel:
+    """XGBModel. With warmup, as tune_tir configures it: random scores until 100 measurements;
+    without, its own predictions from the first measurement on (the stronger baseline)."""
+    if warmup:
+        return ms.cost_model.XGBModel(num_tuning_cores=cores)
+    return ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**6,
+                                  num_tuning_cores=cores)
+
+
+def train_on(model: ms.cost_model.XGBModel, context: ms.TuneContext,
+             records: Sequence[Record]) -> ms.cost_model.XGBModel:
+    """Feed measured records of one workload to the model, as tuning would."""
+    if records:
+        model.update(context, [r.record.as_measure_candidate() for r in records],
+                     [ms.runner.RunnerResult(r.record.run_secs, None) for r in records])
+    return model
