@@ -49,15 +49,15 @@ def run_stage(stage: str, project: Path) -> str:
     proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--single-item", stage],
                             cwd=project, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
-    last = ""
+    last, skipped = "", False
     for line in proc.stdout:
         line = line.rstrip()
         if line:
             log.info(line)
-            last = line
+            last, skipped = line, skipped or "didn't change" in line
     if proc.wait() != 0:
         raise CaloError(f"stage {stage} failed: {last}")
-    return "skipped" if "didn't change" in last else "ran"
+    return "skipped" if skipped else "ran"
 
 
 @task(name="promote", task_run_name="promote-{device}", cache_policy=NONE)
