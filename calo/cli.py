@@ -8,6 +8,7 @@ any work starts, and stops with one line naming the problem.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import sys
 import time
@@ -277,9 +278,20 @@ def _cmd_run(settings: Settings, args) -> Callable[[], dict]:
                         f"{settings.path} is not a project's params.yaml")
     from calo.flows.pipeline import device_flow, pipeline_flow
 
-    if args.device:
-        return lambda: device_flow(args.device, project=str(project), tune=not args.no_tune)
-    return lambda: pipeline_flow(project=str(project), tune=not args.no_tune)
+    summary: list[str] = []
+    # The summary is the last thing on the screen: registered before the flow starts Prefect's
+    # temporary server, this exit handler runs after the server's own (atexit runs LIFO).
+    atexit.register(lambda: print("\n" + summary[0], flush=True) if summary else None)
+
+    def work() -> dict:
+        if args.device:
+            result = device_flow(args.device, project=str(project), tune=not args.no_tune)
+        else:
+            result = pipeline_flow(project=str(project), tune=not args.no_tune)
+        summary.append(result["summary"])
+        return result
+
+    return work
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,1 @@
+"""Prefect flows that run dvc.yaml's stages (installed as calo.flows)."""

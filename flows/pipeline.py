@@ -4,7 +4,7 @@ run them.
 A flow asks DVC which stages its targets need, in DVC's order, and runs each one as a Prefect
 task with `dvc repro --single-item` (so dvc.lock records every run, scheduled or not, and an
 unchanged stage is skipped). Then each target device's model challenges the registry's
-(promote), and the run's summary is printed.
+(promote), and the run's summary is returned (and kept as a Prefect artifact).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
 
 from calo.config import DEFAULT_PARAMS as PARAMS
@@ -25,6 +26,9 @@ from calo.summary import format_summary
 from calo.tasks.promote import promote
 
 PLAIN_LOGS = "CALO_PLAIN_LOGS"  # stage processes log bare messages: the flow adds time and level
+# DVC's advice after each stage (git add dvc.lock, autostage, dvc push) is said once, in the README.
+_DVC_ADVICE = ("To track the changes with git", "git add dvc.lock", "To enable auto staging",
+               "dvc config core.autostage", "Use `dvc push`")
 
 
 def planned_stages(project: Path, targets: list[str]) -> list[str]:
@@ -43,7 +47,9 @@ def run_stage(stage: str, project: Path) -> str:
     """`dvc repro --single-item STAGE`, its output streamed into the run's log."""
     log = get_run_logger()
     # A stage reads the project's params.yaml (as DVC does), whatever CALO_PARAMS says.
-    env = {**os.environ, PLAIN_LOGS: "1", PARAMS_ENV: str(project / PARAMS)}
+    # Unbuffered: DVC's own lines arrive in order with the stage's, as they happen.
+    env = {**os.environ, PLAIN_LOGS: "1", PARAMS_ENV: str(project / PARAMS),
+           "PYTHONUNBUFFERED": "1"}
     bin_dir = str(Path(sys.executable).parent)  # the stage commands (calo) live beside python
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--single-item", stage],
@@ -52,7 +58,7 @@ def run_stage(stage: str, project: Path) -> str:
     last, skipped = "", False
     for line in proc.stdout:
         line = line.rstrip()
-        if line:
+        if line and not line.strip().startswith(_DVC_ADVICE):
             log.info(line)
             last, skipped = line, skipped or "didn't change" in line
     if proc.wait() != 0:
@@ -83,8 +89,10 @@ def _run(project: str, devices: list[str] | None, tune: bool) -> dict:
         summary = format_summary(settings, devices)
     finally:
         os.chdir(cwd)
-    print(summary, flush=True)
-    return {"stages": done, "promotion": promoted}
+    # In the Prefect UI: the flow run's Artifacts tab.
+    create_markdown_artifact(key="run-summary", markdown=f"```\n{summary}\n```",
+                             description="calibration, promotion and tuning of this run")
+    return {"stages": done, "promotion": promoted, "summary": summary}
 
 
 @flow(name="pipeline")

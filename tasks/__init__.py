@@ -1,0 +1,1 @@
+"""The pipeline's stages, one module each (installed as calo.tasks)."""

@@ -43,6 +43,8 @@ def test_device_flow_runs_the_devices_dvc_stages_then_promotes(
     result = state.result()
     assert list(result["stages"]) == order
     assert result["promotion"][TARGET]["promoted"]  # the first model of this registry
+    assert f"== {TARGET}" in result["summary"] and "geo-mean trials ratio" in result["summary"]
+    assert max(map(len, result["summary"].splitlines())) <= 120
     report = json.loads((project / paths.report_path("tune", TARGET)).read_text())
     assert set(report["workloads"]["mm-64"]) >= {"calo", "xgb"}
     # every stage ran through DVC, so the lock file records it: nothing of them is left to do
