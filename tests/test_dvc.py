@@ -54,6 +54,24 @@ def test_stage_outputs_are_where_the_code_writes_them():
             path.as_posix().replace("X", "${donor}") in text, path
 
 
+def test_a_device_run_follows_dvcs_plan(tmp_path):
+    """What calo run / a deployment runs for a device: DVC's own order of the stages its
+    tuning needs, the donor's included."""
+    from calo.flows.pipeline import planned_stages
+
+    project = copy_project(tmp_path / "project")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    donor, target = params["donor"], params["targets"][0]
+    order = planned_stages(project, [f"tune@{target}"])
+    assert set(order) == {f"harvest@{donor}", f"extract@{donor}", "pretrain", f"harvest@{target}",
+                          f"extract@{target}", f"finetune@{target}", f"calibrate@{target}",
+                          f"tune@{target}"}
+    assert order.index(f"extract@{donor}") < order.index("pretrain") < order.index(
+        f"finetune@{target}") < order.index(f"calibrate@{target}") < order.index(f"tune@{target}")
+    assert order.index(f"extract@{target}") < order.index(f"finetune@{target}")
+    assert f"tune@{target}" not in planned_stages(project, [f"calibrate@{target}"])
+
+
 def _locked_project(root: Path) -> Path:
     """A copy of the repository whose every stage is recorded in dvc.lock as up to date.
 

@@ -1,5 +1,6 @@
 """Devices added from the command line, deployed to a real local Prefect server and run by a real
-process worker; bad input is refused before anything changes."""
+process worker (the device's stages of dvc.yaml, through DVC, then promotion); bad input is
+refused before anything changes."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from calo import paths
 from calo.cli import main
+from calo.flows.pipeline import planned_stages
 from tests.conftest import DONOR, TARGET, copy_project
 
 BIN = Path(sys.executable).parent
@@ -81,6 +83,12 @@ def prefect_api(tmp_path_factory):
                     proc.wait(timeout=15)
 
 
+def _stale(project: Path) -> set[str]:
+    out = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", "dvc.yaml"],
+                         cwd=project, capture_output=True, text=True, check=True)
+    return set(json.loads(out.stdout))
+
+
 def _calo(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "calo"), *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=300)
@@ -119,19 +127,27 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_gated(
     first = client.get_model_version_by_alias("calo-gnn", device)
     assert first.tags["device"] == device and first.tags["promoted"] == "True"
     assert "temperature" in first.tags  # calibrate ran in the deployment too
-    assert (project / paths.calibrated_dir(device)).is_dir()  # its stages ran in the project
-    assert f"calibrate@{device}" in (project / "dvc.lock").read_text()  # ... through DVC
+    # The scheduled run went through DVC: every stage the device's model needs (the donor's
+    # too) ran in the project and is recorded in its dvc.lock, so none of them is stale.
+    chain = planned_stages(project, [f"calibrate@{device}"])
+    assert {f"harvest@{device}", f"extract@{device}", "pretrain", f"finetune@{device}",
+            f"calibrate@{device}"} <= set(chain)
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    assert set(chain) <= set(lock)
+    assert not _stale(project) & set(chain)
 
     # The project's fine-tune settings changed to wreck it: registered, not promoted.
     worse = copy.deepcopy(recorded)
     worse["finetune"].update({"lr": 50.0, "layers": "all"})
     (project / "params.yaml").write_text(yaml.safe_dump(worse, sort_keys=False))
+    assert f"finetune@{device}" in _stale(project)  # its params changed; calibrate follows
     assert _run_deployment(f"device-run/{device}", env, project, no_tuning) == "COMPLETED"
     versions = client.search_model_versions(f"name = 'calo-gnn' and tag.device = '{device}'")
     newest = max(versions, key=lambda v: int(v.version))
     assert int(newest.version) > int(first.version)
     assert newest.tags["promoted"] == "False"
     assert client.get_model_version_by_alias("calo-gnn", device).version == first.version
+    assert not _stale(project) & set(chain)
 
     listed = _calo(["device", "list"], env, project)
     row = next(r for r in json.loads(listed.stdout)["devices"] if r["device"] == device)

@@ -115,3 +115,14 @@ def test_cost_model_save_load_keeps_its_whole_state(params, calibrated, tmp_path
     assert fresh.round == model.round == 1 and len(fresh.measured) == len(model.measured)
     assert fresh.temperature == model.temperature
     assert np.array_equal(fresh.predict(ctx, cands), model.predict(ctx, cands))
+
+
+def test_the_summary_fits_a_screen_and_names_the_runs_figures(params, tuned, promoted):
+    from calo.summary import format_summary
+
+    text = format_summary(params, [TARGET])
+    assert max(map(len, text.splitlines())) <= 120 and len(text.splitlines()) < 40
+    report = json.loads(paths.report_path("tune", TARGET).read_text())
+    calo = report["workloads"]["mm-64"]["calo"]
+    assert f"{calo['best_latency_us']:.1f}" in text
+    assert f"version {promoted['version']}" in text and "ECE before" in text
