@@ -8,5 +8,7 @@ for _key, _value in {
     "DO_NOT_TRACK": "1",
     "DVC_NO_ANALYTICS": "1",
     "MLFLOW_ENABLE_TELEMETRY": "false",
+    # a progress bar per registry download: noise in a command's one-screen output
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }.items():
     os.environ.setdefault(_key, _value)
