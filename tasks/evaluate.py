@@ -160,12 +160,12 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
     if not held:
         raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
-    progress = Progress("evaluate: graphs", len(warm) + sum(map(len, held.values())), "records")
     levels = settings.calibrate.levels
 
     if warm:
         trained = copy.deepcopy(trained)
-        warm_graphs = graph_set(kind, warm, progress.advance)
+        warm_graphs = graph_set(kind, warm, Progress("evaluate: warm-up graphs", len(warm),
+                                                     "records").advance)
         fractions = cfg.Split(val=settings.split.val, test=0.0)
         is_val = [split_of(w, r, fractions) == "val"
                   for w, r in zip(warm_graphs.workload, warm_graphs.record)]
@@ -189,6 +189,8 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
 
     per_workload: dict[str, dict[str, dict]] = {m: {} for m in ("calo", *baselines)}
     counts, pooled = {}, []
+    # Counted from here: the baselines' training above is not graph extraction.
+    progress = Progress("evaluate: held-out graphs", sum(map(len, held.values())), "records")
     for name, group in held.items():
         latency = np.array([r.latency for r in group])
         counts[name] = len(group)
