@@ -120,14 +120,12 @@ def _workload_keys(path: Path) -> list[str]:
     return [workload_key(w.mod) for w in _workloads(path)]
 
 
-def workload_names(path: Path) -> list[str]:
+def _workload_names(path: Path, workloads: list, keys: list[str]) -> list[str]:
     """A readable name per workload of a store: the one params.yaml gave it when harvested
     here, else one made from its content (`C 512x768x768`); duplicates get a short hash."""
-    from calo.workloads import describe, workload_key
+    from calo.workloads import describe
 
     given = load_names(path)
-    workloads = _workloads(path)
-    keys = [workload_key(w.mod) for w in workloads]
     names = [given.get(k) or describe(w.mod) for k, w in zip(keys, workloads)]
     for i, (key, name) in enumerate(zip(keys, names)):
         if key not in given and sum(n == name for n, k in zip(names, keys) if k != key):
@@ -140,9 +138,11 @@ def iter_records(path: Path) -> Iterator[Record]:
     wfile, rfile = path / WORKLOAD_FILE, path / RECORD_FILE
     if not wfile.is_file() or not rfile.is_file():
         raise CaloError(f"no tuning records in {path} (expected {WORKLOAD_FILE} and {RECORD_FILE})")
+    from calo.workloads import workload_key
+
     workloads = _workloads(path)
-    keys = _workload_keys(path)
-    names, meta = workload_names(path), load_meta(path)
+    keys = [workload_key(w.mod) for w in workloads]
+    names, meta = _workload_names(path, workloads, keys), load_meta(path)
     for index, line in enumerate(x for x in rfile.read_text().splitlines() if x.strip()):
         widx, body = json.loads(line)
         record = ms.database.TuningRecord.from_json(body, workloads[widx])

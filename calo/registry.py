@@ -65,17 +65,22 @@ def find_version(settings: Settings, digest: str):
 
 
 def register(settings: Settings, model_dir: Path, tags: dict[str, Any], description: str) -> str:
-    """Log the artifact to the active run and add a registry version; returns its number."""
+    """The registry version holding this artifact: the existing one if it is registered
+    already, else a new one logged to the active run."""
+    digest = artifact_digest(model_dir)
+    found = find_version(settings, digest)
+    if found is not None:
+        return found.version
     client = connect(settings)
     name = settings.mlflow.model_name
     mlflow.log_artifacts(str(model_dir), artifact_path="model")
     run = mlflow.active_run()
     if not client.search_registered_models(filter_string=f"name = '{name}'"):
         client.create_registered_model(name, description=MODEL_DESCRIPTION)
-    tags = {**tags, "artifact_sha256": artifact_digest(model_dir)}
     return client.create_model_version(
         name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
-        tags={k: str(v) for k, v in tags.items()}, description=description,
+        tags={k: str(v) for k, v in {**tags, "artifact_sha256": digest}.items()},
+        description=description,
     ).version
 
 

@@ -70,16 +70,12 @@ def pretrain(settings: cfg.Settings) -> dict:
         trained.info = {"device": donor, "role": "donor", "train_graphs": len(train),
                         **registry.data_version(donor)}
         out = trained.save(paths.model_dir(donor))
-        found = registry.find_version(settings, registry.artifact_digest(out))
-        if found is None:
-            version = registry.register(
-                settings, out, tags={**trained.info, **metrics},
-                description=(f"Donor model pre-trained on {len(train)} graphs of device "
-                             f"'{donor}' (records {trained.info['data_sha256']}); "
-                             f"test Kendall tau {metrics.get('test_kendall_tau', float('nan')):.3f}"
-                             f", test NLL {metrics.get('test_nll', float('nan')):.3f}."))
-        else:
-            version = found.version
+        version = registry.register(
+            settings, out, tags={**trained.info, **metrics},
+            description=(f"Donor model pre-trained on {len(train)} graphs of device "
+                         f"'{donor}' (records {trained.info['data_sha256']}); "
+                         f"test Kendall tau {metrics.get('test_kendall_tau', float('nan')):.3f}"
+                         f", test NLL {metrics.get('test_nll', float('nan')):.3f}."))
         registry.set_alias(settings, "donor", version)
     get_logger().info(f"pretrain: version {version} is 'donor': {len(train)} graphs, "
                       f"{metrics['epochs']} epochs, test Kendall tau "

@@ -60,26 +60,22 @@ def promote(settings: cfg.Settings, device: str) -> dict:
         champion = held_out_score(registry.load_registered(settings, device)[0], probes, levels)
     promoted, why = decide(settings.promotion, mine, champion,
                            current.version if current else None)
-    existing = registry.find_version(settings, digest)
     with registry.start_run(settings, "promote", f"promote-{device}"):
         mlflow.log_metrics({f"probe_{k}": v for k, v in mine.items()})
         mlflow.set_tags({"device": device, "promoted": promoted, "promotion": why})
-        if existing is not None:
-            version = existing.version
-        else:
-            donor = registry.find_version(settings, challenger.info.get("donor_sha256", ""))
-            version = registry.register(
-                settings, model_dir,
-                tags={**challenger.info, "temperature": challenger.temperature,
-                      "promoted": promoted, "promotion": why,
-                      **{f"probe_{k}": v for k, v in mine.items()}},
-                description=(
-                    f"Device '{device}': donor version {donor.version if donor else '?'} "
-                    f"fine-tuned on {challenger.info.get('warmup_graphs', '?')} warm-up probes "
-                    f"(records {challenger.info.get('data_sha256', '?')}), temperature "
-                    f"{challenger.temperature:.3f}. On {len(probes)} held-out probes: NLL "
-                    f"{mine['nll']:.3f}, Kendall tau {mine['kendall_tau']:.3f}. "
-                    f"{'Promoted' if promoted else 'Not promoted'}: {why}."))
+        donor = registry.find_version(settings, challenger.info.get("donor_sha256", ""))
+        version = registry.register(
+            settings, model_dir,
+            tags={**challenger.info, "temperature": challenger.temperature,
+                  "promoted": promoted, "promotion": why,
+                  **{f"probe_{k}": v for k, v in mine.items()}},
+            description=(
+                f"Device '{device}': donor version {donor.version if donor else '?'} "
+                f"fine-tuned on {challenger.info.get('warmup_graphs', '?')} warm-up probes "
+                f"(records {challenger.info.get('data_sha256', '?')}), temperature "
+                f"{challenger.temperature:.3f}. On {len(probes)} held-out probes: NLL "
+                f"{mine['nll']:.3f}, Kendall tau {mine['kendall_tau']:.3f}. "
+                f"{'Promoted' if promoted else 'Not promoted'}: {why}."))
     if promoted:
         registry.move_alias(settings, device, version, current.version if current else None)
     result = {"device": device, "version": version, "promoted": promoted, "promotion": why,
