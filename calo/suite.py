@@ -1,7 +1,8 @@
 """The built-in workload suite: 43 operators across vision, language and recommender models.
 
-Every entry has a small shape that builds and measures in well under a second on a laptop CPU;
-the paper's seven operators also have the paper's shape, named ``<name>@paper``. A workload in
+Every entry has a small shape that builds and measures in well under a second on a laptop CPU,
+and a medium and a large one (``<name>@medium``, ``<name>@large``); the paper's seven operators
+also have the paper's shape, named ``<name>@paper``. A workload in
 params.yaml with the same name overrides the suite entry. Pure data: no TVM import here.
 
 Operators come from TVM's ``te_workload`` module or from ``calo.operators`` (looked up first).
@@ -109,16 +110,115 @@ SUITE: dict[str, Entry] = {
     "fm-interaction": Entry("recommender", "fm_interaction", {"B": 64, "F": 16, "D": 16}),
 }
 
+# Larger shapes of every operator, <name>@medium and <name>@large: the small shape with these
+# arguments changed. Tiling and vectorization choices depend on shape, so the donor sees each
+# operator at three; large ones stay within a second per measurement on a laptop CPU.
+GROWN: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "gelu-mlp": ({"B": 32, "D": 512, "H": 256},
+                 {"B": 64, "D": 768, "H": 512}),
+    "sdp-attention": ({"B": 1, "H": 4, "L": 64, "D": 32},
+                      {"B": 2, "H": 8, "L": 128, "D": 64}),
+    "conv2d": ({"h": 28, "w": 28, "ci": 32, "co": 32},
+               {"h": 56, "w": 56, "ci": 32, "co": 64}),
+    "depthwise-conv2d": ({"H": 56, "W": 56, "C": 32},
+                         {"H": 112, "W": 112, "C": 32, "kernel_size": 5, "padding": 2}),
+    "matmul": ({"n": 256, "m": 256, "k": 128},
+               {"n": 512, "m": 256, "k": 256}),
+    "layer-norm": ({"N": 512, "D": 512},
+                   {"N": 2048, "D": 768}),
+    "group-conv2d": ({"H": 28, "W": 28, "CI": 64, "CO": 64, "groups": 16},
+                     {"H": 56, "W": 56, "CI": 128, "CO": 128, "groups": 32}),
+    "conv1d": ({"L": 256, "CI": 32, "CO": 32},
+               {"L": 1024, "CI": 64, "CO": 64}),
+    "conv2d-nhwc": ({"H": 28, "W": 28, "CI": 64, "CO": 64},
+                    {"H": 56, "W": 56, "CI": 64, "CO": 64}),
+    "conv3d": ({"D": 8, "H": 16, "W": 16, "CI": 16, "CO": 16},
+               {"D": 16, "H": 28, "W": 28, "CI": 16, "CO": 32}),
+    "conv2d-transpose": ({"H": 16, "W": 16, "CI": 32, "CO": 32},
+                         {"H": 32, "W": 32, "CI": 64, "CO": 32}),
+    "conv2d-capsule": ({"H": 16, "W": 16, "CI": 16, "CO": 16},
+                       {"H": 16, "W": 16, "CI": 32, "CO": 32}),
+    "conv2d-bn-relu": ({"H": 28, "W": 28, "CI": 32, "CO": 32},
+                       {"H": 56, "W": 56, "CI": 64, "CO": 64}),
+    "conv2d-bias-bn-relu": ({"h": 28, "w": 28, "ci": 32, "co": 32},
+                            {"h": 56, "w": 56, "ci": 64, "co": 64}),
+    "max-pool2d": ({"h": 64, "w": 64, "ci": 32},
+                   {"h": 112, "w": 112, "ci": 64}),
+    "batch-matmul": ({"B": 8, "N": 128, "M": 128, "K": 64},
+                     {"B": 16, "N": 256, "M": 128, "K": 128}),
+    "transpose-batch-matmul": ({"seq_len": 128, "n_head": 8},
+                               {"seq_len": 256, "n_head": 12, "n_dim": 64}),
+    "matmul-relu": ({"n": 256, "m": 256, "k": 128},
+                    {"n": 512, "m": 512, "k": 128}),
+    "norm": ({"B": 8, "M": 128, "N": 128},
+             {"B": 16, "M": 256, "N": 256}),
+    "softmax": ({"m": 256, "n": 512},
+                {"m": 1024, "n": 1024}),
+    "add-layer-norm": ({"N": 512, "D": 512},
+                       {"N": 2048, "D": 768}),
+    "rms-norm": ({"N": 512, "D": 512},
+                 {"N": 2048, "D": 1024}),
+    "silu-and-mul": ({"B": 256, "H": 512},
+                     {"B": 1024, "H": 1024}),
+    "rotary-embedding": ({"B": 8, "L": 128, "D": 64},
+                         {"B": 16, "L": 512, "D": 128}),
+    "log-softmax": ({"M": 256, "N": 512},
+                    {"M": 1024, "N": 1024}),
+    "hardswish": ({"C": 32, "H": 56, "W": 56},
+                  {"C": 64, "H": 112, "W": 112}),
+    "batch-norm-relu": ({"C": 32, "H": 56, "W": 56},
+                        {"C": 64, "H": 112, "W": 112}),
+    "avg-pool2d": ({"C": 32, "H": 64, "W": 64},
+                   {"C": 64, "H": 112, "W": 112}),
+    "global-avg-pool": ({"C": 128, "H": 28, "W": 28},
+                        {"C": 512, "H": 14, "W": 14}),
+    "squeeze-excite": ({"C": 128, "H": 28, "W": 28},
+                       {"C": 256, "H": 28, "W": 28, "R": 8}),
+    "upsample-nearest": ({"C": 32, "H": 32, "W": 32},
+                         {"C": 64, "H": 64, "W": 64}),
+    "nchw-to-nhwc": ({"C": 64, "H": 32, "W": 32},
+                     {"C": 128, "H": 56, "W": 56}),
+    "pad2d": ({"C": 32, "H": 56, "W": 56},
+              {"C": 64, "H": 112, "W": 112}),
+    "gemv": ({"M": 1024, "K": 512},
+             {"M": 4096, "K": 1024}),
+    "dense-bias-relu": ({"B": 32, "D": 512, "H": 256},
+                        {"B": 64, "D": 1024, "H": 512}),
+    "row-sum": ({"M": 512, "N": 512},
+                {"M": 2048, "N": 1024}),
+    "l2-normalize": ({"N": 512, "D": 256},
+                     {"N": 2048, "D": 512}),
+    "mlp2": ({"B": 64, "D": 128, "H": 256, "O": 64},
+             {"B": 128, "D": 256, "H": 512, "O": 128}),
+    "embedding-gather": ({"V": 10000, "D": 64, "B": 512},
+                         {"V": 100000, "D": 128, "B": 2048}),
+    "embedding-bag-sum": ({"V": 10000, "D": 64, "B": 256},
+                          {"V": 100000, "D": 64, "B": 1024, "P": 16}),
+    "dcn-cross": ({"B": 256, "D": 256},
+                  {"B": 1024, "D": 512}),
+    "dot-interaction": ({"B": 128, "F": 16, "D": 32},
+                        {"B": 512, "F": 27, "D": 64}),
+    "fm-interaction": ({"B": 256, "F": 32, "D": 16},
+                       {"B": 1024, "F": 39, "D": 16}),
+}
+
 PAPER_OPERATORS = [n for n, e in SUITE.items() if e.paper is not None]
+SHAPES = ("small", "medium", "large")   # what `--suite` harvests; "paper" is asked for by name
 
 
 def resolve(name: str) -> tuple[str, dict[str, Any]] | None:
-    """(op, args) of a suite workload name, ``<name>`` or ``<name>@paper``; None if unknown."""
+    """(op, args) of a suite workload name, ``<name>`` or ``<name>@<shape>``; None if unknown."""
     base, _, shape = name.partition("@")
     entry = SUITE.get(base)
-    if entry is None or shape not in ("", PAPER) or (shape == PAPER and entry.paper is None):
+    if entry is None:
         return None
-    return entry.op, dict(entry.paper if shape else entry.small)
+    if shape in ("", "small"):
+        return entry.op, dict(entry.small)
+    if shape == PAPER:
+        return (entry.op, dict(entry.paper)) if entry.paper is not None else None
+    if shape in SHAPES:
+        return entry.op, {**entry.small, **GROWN[base][SHAPES.index(shape) - 1]}
+    return None
 
 
 def family(name: str) -> str:
@@ -126,7 +226,17 @@ def family(name: str) -> str:
     return entry.family if entry else "custom"
 
 
+def operator(name: str) -> str:
+    """The suite operator a workload name is a shape of (the name itself if not the suite's)."""
+    return name.partition("@")[0]
+
+
 def names(shape: str = "small") -> list[str]:
+    """Suite workload names at one shape ("small", "medium", "large", "paper") or "all" three."""
+    if shape == "all":
+        return [n for s in SHAPES for n in names(s)]
     if shape == PAPER:
         return [n + PAPER_SUFFIX for n in PAPER_OPERATORS]
-    return list(SUITE)
+    if shape not in SHAPES:
+        raise ValueError(f"unknown suite shape {shape!r}: one of {', '.join(SHAPES)}, paper, all")
+    return list(SUITE) if shape == "small" else [f"{n}@{shape}" for n in SUITE]

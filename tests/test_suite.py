@@ -43,3 +43,24 @@ def test_unknown_suite_shape_is_an_error(params):
     with pytest.raises(CaloError, match="unknown workload 'conv1d@paper'"):
         params.workload("conv1d@paper")  # only the paper's seven have the paper's shape
     assert params.workload("matmul@paper").args == {"n": 4096, "m": 4096, "k": 1024}
+
+
+def test_three_shapes_per_operator_and_held_out_shapes_none_of_them(params):
+    import sys
+    from pathlib import Path
+
+    from calo.workloads import create_mod, workload_key
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from harvest_pools import HELD_OUT, UNSEEN_OPERATORS, heldout_workloads
+
+    everything = suite.names("all")
+    assert len(everything) == 3 * len(suite.SUITE)
+    keys = {}
+    for workload in params.workloads_named(everything):
+        keys.setdefault(workload_key(create_mod(workload)), []).append(workload.name)
+    assert all(len(names) == 1 for names in keys.values())  # three different programs each
+    held = params.override({f"workloads.{n}": w for n, w in heldout_workloads().items()})
+    for workload in held.workloads_named(HELD_OUT):
+        assert workload_key(create_mod(workload)) not in keys
+    assert {suite.operator(n) for n in HELD_OUT} >= set(UNSEEN_OPERATORS)
