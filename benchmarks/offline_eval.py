@@ -1,21 +1,26 @@
-"""Offline evaluation on the committed suite pools: unseen operators and an unseen device.
+"""Offline evaluation on the committed pools: workloads the donor never saw, on two devices.
 
-Both splits run `calo evaluate` (tasks.evaluate) on measured records that the model never trained
-on, beside TVM's XGBModel and MLPModel:
+The unseen-shape split: the donor model trains on the cpu-host donor pool (every suite
+operator at its small, medium and large shapes) minus the operators in
+harvest_pools.UNSEEN_OPERATORS; it is scored with `calo evaluate` (tasks.evaluate) on the
+held-out pools of both devices: suite operators at shapes no donor record has, and the unseen
+operators, 256 measured candidates each, half random and half evolved. On the 1-core generic
+x86-64 device that is also an unseen device. Every row sits beside TVM's XGBModel and MLPModel
+trained on the warm-up records alone and on the donor records plus the warm-up.
 
-  unseen-workload  a third of each family's operators (chosen by a stable hash of the name) is
-                   held out; the donor model and the `*_donor` baselines train on the other
-                   operators' cpu-host records only. Zero-shot (no warm-up) and few-shot (the
-                   first --warmup-fraction of each held-out operator's records).
-  unseen-device    the donor model trains on all cpu-host records; it is evaluated on the
-                   1-core generic x86-64 device's records of the same suite, with warm-up.
+`--split dev` is the selection split, where settings are chosen (the unseen-shape split only
+reports): the donor pool's small shapes, a third of each operator family held out (by a stable
+hash of the name), warm-up 0 and 8, our model alone.
 
-The donor model's temperature is fitted on its own validation split, as calibrate does. Run from
-the repository root:
+Warm-up sizes: records per held-out workload (the first measured, random samples), 0 being
+zero-shot; at --compare sizes the warm-up is also chosen by the donor's uncertainty
+(`calo evaluate --choose uncertainty`). The donor's temperature and early stopping use its own
+validation workloads, as pretrain does. Run from the repository root:
 
-    python benchmarks/offline_eval.py [--warmup-fraction 0.25] [--set model.head=deterministic]
+    python benchmarks/offline_eval.py [--warmups 0 8 32 96] [--compare 8 32] [--set K=V]
+    python benchmarks/offline_eval.py --split dev --set train.rank_weight=2 --out results/x.json
 
-Prints both tables and writes benchmarks/results/offline_eval.json (or --out).
+Prints each table and writes benchmarks/results/offline_eval.json (or --out).
 """
 
 from __future__ import annotations
@@ -34,28 +39,43 @@ from calo.devices import preload_tensor_intrinsics
 preload_tensor_intrinsics()  # before torch_geometric is imported
 
 import yaml  # noqa: E402
+from harvest_pools import UNSEEN_OPERATORS  # noqa: E402
 
 from calo import records, suite  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
+from calo.log import get_logger  # noqa: E402
 from calo.tasks.evaluate import evaluate_records, format_table  # noqa: E402
 from calo.tasks.extract import extract  # noqa: E402
 from calo.tasks.pretrain import donor_splits, train_on_donor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
-POOLS = {"cpu-host": ROOT / "data" / "suite-cpu-host.tar.gz",
-         "cpu-generic-1core": ROOT / "data" / "suite-cpu-generic-1core.tar.gz"}
-HELD_OUT_SHARE = 3  # every third operator of a family, in hash order
+DATA = ROOT / "data"
+POOLS = {"cpu-host": DATA / "suite-cpu-host.tar.gz",
+         "cpu-generic-1core": DATA / "suite-cpu-generic-1core.tar.gz"}
+HELD_OUT_POOLS = {"cpu-host": DATA / "heldout-cpu-host.tar.gz",
+                  "cpu-generic-1core": DATA / "heldout-cpu-generic-1core.tar.gz"}
+SUMMARY = ("kendall_tau", "top1", "top5")
+DEV_SHARE = 3       # dev split: every third operator of a family, in hash order, is held out
+DEV_WARMUPS = (0, 8)
 
 
-def held_out_operators(names: list[str]) -> set[str]:
+def dev_held_out(names: list[str]) -> set[str]:
     by_family: dict[str, list[str]] = {}
     for name in names:
         by_family.setdefault(suite.family(name), []).append(name)
     held = set()
     for group in by_family.values():
         ranked = sorted(group, key=lambda n: hashlib.sha1(n.encode()).hexdigest())
-        held |= set(ranked[::HELD_OUT_SHARE])
+        held |= set(ranked[::DEV_SHARE])
     return held
+
+
+def unpack(pool: Path, into: Path) -> Path:
+    """Unpack a committed pool; returns the store directory it holds."""
+    with tarfile.open(pool) as tar:
+        (top,) = {Path(m.name).parts[0] for m in tar.getmembers()}
+        tar.extractall(into, filter="data")
+    return into / top
 
 
 def with_overrides(settings: Settings, donor: str, overrides: list[str]) -> Settings:
@@ -74,63 +94,101 @@ def train_donor(settings: Settings, out: Path) -> dict:
     start = time.perf_counter()
     trained, metrics = train_on_donor(settings, train, val, test)
     trained.save(out)
-    return {"train_graphs": len(train), "train_s": time.perf_counter() - start, **metrics}
+    return {"train_graphs": len(train), "val_graphs": len(val),
+            "train_s": time.perf_counter() - start, **metrics}
+
+
+def headline(result: dict) -> dict:
+    """Mean tau / top-1 / top-5 per model, on all held-out candidates and per source."""
+    parts = {"all": result["overall"], **result["by_source"]}
+    return {part: {m: {k: v[k] for k in SUMMARY} for m, v in table.items()}
+            for part, table in parts.items()}
+
+
+def verdict(result: dict) -> dict:
+    """Whether calo beats every TVM model on each summary metric, on all and evolved ones."""
+    out = {}
+    for part in ("all", "evolved"):
+        table = result["overall"] if part == "all" else result["by_source"].get(part, {})
+        calo = table.get("calo")
+        if not calo:
+            continue
+        for key in SUMMARY:
+            rivals = [v[key] for m, v in table.items() if m != "calo" and v[key] is not None]
+            out[f"{part}_{key}"] = bool(rivals) and calo[key] > max(rivals)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warmup-fraction", type=float, default=0.25)
+    parser.add_argument("--split", choices=["unseen-shape", "dev"], default="unseen-shape")
+    parser.add_argument("--warmups", type=int, nargs="+", default=[0, 8, 32, 96],
+                        help="warm-up records per held-out workload")
+    parser.add_argument("--compare", type=int, nargs="*", default=[8, 32],
+                        help="warm-up sizes also chosen by uncertainty")
+    parser.add_argument("--devices", nargs="+", default=list(HELD_OUT_POOLS))
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a params.yaml value, e.g. model.head=deterministic")
+                        help="override a params.yaml value, e.g. train.rank_weight=0")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "offline_eval.json")
     args = parser.parse_args()
     args.out = args.out.resolve()
+    log = get_logger()
     base = load_settings(Path("params.yaml").resolve())
     work = Path(tempfile.mkdtemp(prefix="calo-offline-eval-"))
     os.chdir(work)  # data/ and mlflow.db of this evaluation stay out of the project's
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-    for pool in POOLS.values():
-        with tarfile.open(pool) as tar:
-            tar.extractall(work / "data" / "records", filter="data")
-    host = work / "data" / "records" / "cpu-host"
-    names = sorted(set(records.load_names(host).values()))
-    held = held_out_operators(names)
-    records.subset_store(host, work / "data/records/seen", lambda n: n not in held)
-    records.subset_store(host, work / "data/records/unseen", lambda n: n in held)
+    pools = work / "pools"
+    host = unpack(POOLS["cpu-host"], pools)
+    if args.split == "dev":
+        small = set(suite.names("small"))
+        held = dev_held_out(sorted(set(records.load_names(host).values()) & small))
+        kept = records.subset_store(host, work / "data/records/donor",
+                                    lambda n: n in small and n not in held)
+        records.subset_store(host, pools / "dev-held-out", lambda n: n in held)
+        args.devices, args.warmups, args.compare = ["dev"], list(DEV_WARMUPS), []
+        HELD_OUT_POOLS["dev"] = pools / "dev-held-out"
+    else:
+        kept = records.subset_store(host, work / "data/records/donor",
+                                    lambda n: suite.operator(n) not in UNSEEN_OPERATORS)
+    log.info(f"offline eval ({args.split}): donor pool {kept} records")
 
-    report: dict = {"settings": args.set, "warmup_fraction": args.warmup_fraction,
-                    "held_out_operators": sorted(held), "splits": {}}
-    seen = with_overrides(base, "seen", args.set)
-    extract(seen, seen.donor)
-    report["seen_donor"] = train_donor(seen, work / "models" / "seen")
-    for fraction in (0.0, args.warmup_fraction):
-        name = f"unseen-workload@{fraction:g}"
-        result = evaluate_records(seen, str(work / "models" / "seen"),
-                                     str(work / "data/records/unseen"), fraction)
-        report["splits"][name] = result
-        print(f"\n== {name}\n{format_table(result)}")
+    report: dict = {"split": args.split, "settings": args.set,
+                    "unseen_operators": list(UNSEEN_OPERATORS),
+                    "donor_records": kept, "splits": {}, "headline": {}, "beats_tvm": {}}
+    settings = with_overrides(base, "donor", args.set)
+    start = time.perf_counter()
+    extract(settings, "donor")
+    report["extract_s"] = time.perf_counter() - start
+    report["donor"] = train_donor(settings, work / "models" / "donor")
+    log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
+             f"{report['donor']['train_s']:.0f} s")
+    runs = [(n, "first") for n in args.warmups] + [(n, "uncertainty") for n in args.compare]
+    for device in args.devices:
+        pool = HELD_OUT_POOLS[device]
+        store = pool if pool.is_dir() else unpack(pool, pools)
+        for count, choose in runs:
+            name = f"{device}@{count}" + ("-uncertainty" if choose == "uncertainty" else "")
+            start = time.perf_counter()
+            # TVM's models are compared on the first-measured warm-up; the uncertainty-chosen
+            # one is about our model's warm-up, and selection runs choose our settings only.
+            result = evaluate_records(settings, str(work / "models" / "donor"), str(store),
+                                      warmup_records=count, choose=choose,
+                                      baselines=choose == "first" and args.split != "dev")
+            result["wall_s"] = time.perf_counter() - start
+            result["records"], result["model"] = store.name, "donor"  # not temporary paths
+            report["splits"][name] = result
+            report["headline"][name] = headline(result)
+            if len(result["overall"]) > 1:
+                report["beats_tvm"][name] = verdict(result)
+            print(f"\n== {name}\n{format_table(result)}", flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1, default=float))
 
-    everything = with_overrides(base, "cpu-host", args.set)
-    extract(everything, everything.donor)
-    report["host_donor"] = train_donor(everything, work / "models" / "cpu-host")
-    name = f"unseen-device@{args.warmup_fraction:g}"
-    result = evaluate_records(everything, str(work / "models" / "cpu-host"),
-                                 str(work / "data/records/cpu-generic-1core"),
-                                 args.warmup_fraction)
-    report["splits"][name] = result
-    print(f"\n== {name}\n{format_table(result)}")
-
-    for result in report["splits"].values():  # names, not this run's temporary paths
-        result["records"] = Path(result["records"]).name
-        result["model"] = Path(result["model"]).name
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1, default=float))
     print(f"\nwrote {args.out}")
-    for split, result in report["splits"].items():
-        cells = ", ".join(f"{m}: tau {v['kendall_tau']:.3f} top1 {v['top1']:.3f}"
-                          + (f" ece {v['ece']:.3f} nll {v['nll']:.3f}" if v.get("ece") else "")
-                          for m, v in result["overall"].items())
-        print(f"{split}: {cells}")
+    for name, table in report["headline"].items():
+        cells = "; ".join(f"{m} {v['kendall_tau']:.3f}/{v['top1']:.3f}/{v['top5']:.3f}"
+                          for m, v in table["all"].items())
+        print(f"{name:<34} tau/top1/top5  {cells}")
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def main() -> None:
     trained = TrainedModel.new(settings)
     trained.net.eval()
     model = trained.net
-    calo = CaloCostModel.from_settings(trained, settings.tune, settings.train, update_steps=0)
+    calo = CaloCostModel.from_settings(trained, settings, update_steps=0)
 
     calo.predict(ctx, pops[0])  # first calls pay one-time costs (allocations, lazy imports)
     xgb.predict(ctx, pops[0])

@@ -55,7 +55,7 @@ from calo.costmodel import CaloCostModel  # noqa: E402
 from calo.tasks.extract import extract  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_eval import POOLS, train_donor, with_overrides  # noqa: E402
+from offline_eval import POOLS, train_donor, unpack, with_overrides  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 QUALITY = 0.05
@@ -139,8 +139,8 @@ def calo_models(settings: Settings, work: Path, counts: dict[str, int]
     is not one donor's luck (donors of different seeds moved replay TTQs by a factor of two on
     single workloads)."""
     os.chdir(work)
-    with tarfile.open(POOLS["cpu-host"]) as tar:
-        tar.extractall(work / "data" / "records", filter="data")
+    (work / "data" / "records").mkdir(parents=True, exist_ok=True)
+    unpack(POOLS["cpu-host"], work / "pools").rename(work / "data" / "records" / "cpu-host")
     # Head and training seed leave the graphs as they are: extract the store once for all donors.
     extract(with_overrides(settings, "cpu-host", []), "cpu-host")
     out: dict[str, list[TrainedModel]] = {}
@@ -161,7 +161,7 @@ def make_calo(settings: Settings, donor: TrainedModel, cls=CachedCalo, temperatu
     trained = copy.deepcopy(donor)
     if temperature is not None:
         trained.temperature = temperature
-    return cls.from_settings(trained, settings.tune, settings.train, **overrides)
+    return cls.from_settings(trained, settings, **overrides)
 
 
 def welch_p(a: list[int], b: list[int]) -> float:

@@ -1,9 +1,12 @@
-"""TVM's own XGBoost cost model, built and trained one way for every stage and benchmark."""
+"""TVM's own cost models (XGBoost, and the MLP), built and trained one way for every stage and
+benchmark."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
+import torch
 from tvm.s_tir import meta_schedule as ms
 
 from calo.records import Record
@@ -25,3 +28,21 @@ def train_on(model: ms.cost_model.XGBModel, context: ms.TuneContext,
         model.update(context, [r.record.as_measure_candidate() for r in records],
                      [ms.runner.RunnerResult(r.record.run_secs, None) for r in records])
     return model
+
+
+class _StepLR(torch.optim.lr_scheduler.StepLR):
+    """StepLR that takes the `verbose` argument newer torch removed (MLPModel passes it)."""
+
+    def __init__(self, *args, verbose=None, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def mlp_training() -> Iterator[None]:
+    """While TVM's MLPModel trains: its StepLR call works on this torch (nothing else changes)."""
+    original = torch.optim.lr_scheduler.StepLR
+    torch.optim.lr_scheduler.StepLR = _StepLR
+    try:
+        yield
+    finally:
+        torch.optim.lr_scheduler.StepLR = original

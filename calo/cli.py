@@ -113,7 +113,7 @@ def _cmd_harvest(settings: Settings, args) -> Callable[[], dict]:
     if args.suite:
         from calo import suite
 
-        names = suite.names()
+        names = suite.names(args.suite)
     else:
         names = args.workload or list(settings.harvest.workloads)
     settings.workloads_named(names)
@@ -217,6 +217,8 @@ def _cmd_evaluate(settings: Settings, args) -> Callable[[], dict]:
     source = _database(args.records, "--records: ")
     if not 0 <= args.warmup_fraction < 1:
         raise CaloError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
+    if args.warmup is not None and args.warmup < 0:
+        raise CaloError(f"--warmup must be >= 0 records, got {args.warmup}")
     out = Path(args.json) if args.json else None
     if out is not None and not out.parent.is_dir():
         raise CaloError(f"--json: directory {out.parent} does not exist")
@@ -225,7 +227,7 @@ def _cmd_evaluate(settings: Settings, args) -> Callable[[], dict]:
 
     def work() -> dict:
         report = evaluate_records(settings, args.model, str(source.resolve()),
-                                  args.warmup_fraction)
+                                  args.warmup_fraction, args.warmup, args.choose)
         print(format_table(report), file=sys.stderr)
         if out is not None:
             out.write_text(json.dumps(report, indent=1))
@@ -317,8 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--workload", action="append", help="workload to harvest (repeatable; "
                        "default: harvest.workloads)")
-    group.add_argument("--suite", action="store_true",
-                       help="every operator of the built-in suite, at its small shape")
+    group.add_argument("--suite", nargs="?", const="small", metavar="SHAPE",
+                       choices=["small", "medium", "large", "all"],
+                       help="every operator of the built-in suite at one shape (default small) "
+                       "or at all three")
     p.add_argument("--count", type=int, default=None,
                    help="records wanted per workload "
                    "(default: the device's candidates_per_workload)")
@@ -343,8 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True,
                    help="registry alias (donor, a device name) or a saved model directory")
     p.add_argument("--records", required=True, help="TVM JSON database directory")
-    p.add_argument("--warmup-fraction", type=float, default=0.0,
-                   help="fine-tune on the first F of each workload's records, score the rest")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--warmup-fraction", type=float, default=0.0,
+                       help="fine-tune on the first F of each workload's records, score the rest")
+    group.add_argument("--warmup", type=int, default=None, metavar="N",
+                       help="fine-tune on N records of each workload, score the rest")
+    p.add_argument("--choose", choices=["first", "uncertainty"], default="first",
+                   help="with --warmup: the first N measured, or N random samples picked where "
+                   "the model is least certain (default first)")
     p.add_argument("--json", help="write the full report (overall and per workload) here")
     p = add("run", _cmd_run, "the pipeline as a Prefect flow: dvc.yaml's stages, then promote, "
             "then the summary", device=False)

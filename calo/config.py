@@ -72,6 +72,7 @@ class Harvest:
 class Split:
     val: float
     test: float
+    donor_val: Literal["record", "workload"] = "record"
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,9 @@ class Train:
     warmup_epochs: int
     patience: int | None
     rank_weight: float
+    rank_pairs: Literal["all", "workload"]
+    rank_weighting: Literal["uniform", "throughput"]
+    batches: Literal["shuffled", "workload"]
     seed: int
 
 
@@ -110,11 +114,24 @@ class Sweep:
 
 
 @dataclass(frozen=True)
-class Finetune:
+class FinetuneStep:
+    up_to: int | None   # the most warm-up records per workload this row is for; null: any
     layers: Layers
     epochs: int
     lr: float
+
+
+@dataclass(frozen=True)
+class Finetune:
     batch_size: int
+    rule: tuple[FinetuneStep, ...]
+
+    def step_for(self, per_workload: float) -> FinetuneStep:
+        """The rule's row for a warm-up of `per_workload` records per workload."""
+        for step in self.rule:
+            if step.up_to is None or per_workload <= step.up_to:
+                return step
+        return self.rule[-1]
 
 
 @dataclass(frozen=True)
@@ -138,9 +155,6 @@ class Tune:
     kappa_offset: float
     quality_eps: float
     update_steps: int
-    update_layers: Layers
-    update_rank_weight: float
-    update_lr: float
 
 
 @dataclass(frozen=True)
@@ -253,6 +267,11 @@ def _check_references(s: Settings, where: str) -> None:
         check_target(device.target, where=f"{where}: devices.{name}")
     for name in (*s.harvest.workloads, *s.tune.workloads):
         s.workload(name)
+    bounds = [step.up_to for step in s.finetune.rule]
+    if not bounds or bounds[-1] is not None or None in bounds[:-1] or bounds[:-1] != sorted(
+            set(bounds[:-1])):
+        raise CaloError(f"{where}: finetune.rule must list rows by increasing up_to, the last "
+                        f"with up_to: null (any warm-up size), got up_to {bounds}")
     if not (0 <= s.split.val and 0 <= s.split.test and s.split.val + s.split.test < 1):
         raise CaloError(f"{where}: split.val and split.test must be >= 0 and leave some "
                         f"records for training, got {s.split.val} and {s.split.test}")

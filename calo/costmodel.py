@@ -32,33 +32,27 @@ ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of
 @derived_object
 class CaloCostModel(PyCostModel):
     def __init__(self, trained: TrainedModel, *, kappa_c: float, kappa_offset: float,
-                 update_steps: int, update_lr: float, lam: float, rank_weight: float = 0.0,
-                 head_only: bool = False, batch_size: int = 64,
+                 update_steps: int, finetune: cfg.Finetune, train: cfg.Train,
                  constant_kappa: float | None = None, seed: int = 0):
         super().__init__()
         self.trained = trained
         self.model = trained.net
         self.kappa_c, self.kappa_offset, self.constant_kappa = kappa_c, kappa_offset, constant_kappa
-        self.update_steps, self.lam, self.batch_size = update_steps, lam, batch_size
-        self.rank_weight, self.update_lr, self.head_only = rank_weight, update_lr, head_only
-        if head_only:
-            # Online rounds see a few dozen records of one task: adapting only the head keeps
-            # the donor's encoder, as the warm-up fine-tune does.
-            self.model.freeze_encoder()
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad], lr=update_lr)
+        self.update_steps, self.finetune, self.train = update_steps, finetune, train
+        self.step: cfg.FinetuneStep | None = None   # the fine-tune rule's row now in use
+        self.optimizer: torch.optim.Optimizer | None = None
         self.round = 0
         self.measured: list = []
         self.generator = torch.Generator().manual_seed(seed)
 
     @classmethod
-    def from_settings(cls, trained: TrainedModel, tune: cfg.Tune, train: cfg.Train,
+    def from_settings(cls, trained: TrainedModel, settings: cfg.Settings,
                       **overrides) -> CaloCostModel:
-        """The tuning model as params.yaml's tune section configures it (overrides: ablations)."""
+        """The tuning model as params.yaml configures it (overrides: ablations)."""
+        tune = settings.tune
         kwargs = dict(kappa_c=tune.kappa_c, kappa_offset=tune.kappa_offset,
-                      update_steps=tune.update_steps, update_lr=tune.update_lr, lam=train.lam,
-                      rank_weight=tune.update_rank_weight,
-                      head_only=tune.update_layers == "head", seed=tune.seed)
+                      update_steps=tune.update_steps, finetune=settings.finetune,
+                      train=settings.train, seed=tune.seed)
         return cls(trained, **{**kwargs, **overrides})
 
     @property
@@ -98,13 +92,22 @@ class CaloCostModel(PyCostModel):
         self.round += 1
         if not self.measured or self.update_steps <= 0:
             return
-        loader = DataLoader(self.measured, batch_size=self.batch_size, shuffle=True,
+        # The warm-up fine-tune's rule, at the number of records this search has measured.
+        step = self.finetune.step_for(len(self.measured))
+        if step != self.step:
+            self.step = step
+            self.model.set_trainable(step.layers)
+            self.optimizer = torch.optim.AdamW(
+                [p for p in self.model.parameters() if p.requires_grad], lr=step.lr,
+                weight_decay=self.train.weight_decay)
+        loader = DataLoader(self.measured, batch_size=self.finetune.batch_size, shuffle=True,
                             generator=self.generator)
         steps = 0
         while steps < self.update_steps:
             for batch in loader:
-                train_step(self.model, self.optimizer, batch, lam=self.lam,
-                           rank_weight=self.rank_weight)
+                train_step(self.model, self.optimizer, batch, lam=self.train.lam,
+                           rank_weight=self.train.rank_weight,
+                           rank_weighting=self.train.rank_weighting)
                 steps += 1
                 if steps >= self.update_steps:
                     break

@@ -59,14 +59,31 @@ class GraphSet:
         return self.select([split_of(w, r, fractions) == name
                             for w, r in zip(self.workload, self.record)])
 
+    def held_out_workloads(self, fractions: Split) -> tuple[GraphSet, GraphSet, GraphSet]:
+        """(train, val, test) where validation is whole workloads, a share `val` of them (at
+        least one, chosen by a stable hash of the name); the rest split by record."""
+        names = sorted(set(self.workload), key=_unit)
+        held = set(names[:max(1, round(fractions.val * len(names)))] if len(names) > 1 else ())
+        rest = self.select([w not in held for w in self.workload])
+        no_val = Split(val=0.0, test=fractions.test)
+        return (rest.split("train", no_val), self.select([w in held for w in self.workload]),
+                rest.split("test", no_val))
+
     def __len__(self) -> int:
         return len(self.graphs)
+
+    def per_workload(self) -> float:
+        """Graphs per workload: the warm-up size the fine-tune rule is keyed by."""
+        return len(self.graphs) / max(len(set(self.workload)), 1)
+
+
+def _unit(key: str) -> float:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") / 2**64
 
 
 def split_of(workload: str, record: int, fractions: Split) -> str:
     """Stable assignment of a record to train/val/test: appending records never moves old ones."""
-    digest = hashlib.sha256(f"{workload}/{record}".encode()).digest()
-    u = int.from_bytes(digest[:8], "little") / 2**64
+    u = _unit(f"{workload}/{record}")
     if u < fractions.test:
         return "test"
     if u < fractions.test + fractions.val:

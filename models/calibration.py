@@ -56,3 +56,20 @@ def fit_temperature(y, mu, scale, df, levels: np.ndarray, smoothing: float = 0.0
     result = optimize.minimize(soft, x0=np.array([start]), method="BFGS")
     best = min((start, float(result.x[0])), key=hard)
     return float(np.exp(best))
+
+
+def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray) -> float:
+    """A temperature that must earn its place. Two disjoint parts (y, mu, scale, df; e.g.
+    probes of different workloads) each get the temperature fitted on the other: only if these
+    cross-fitted predictions have lower NLL and ECE than `current` gives them, pooled, is the
+    temperature refitted on both parts and returned; otherwise `current` is kept."""
+    def pooled(tau_a: float, tau_b: float) -> tuple[float, float]:
+        y, mu, scale, df = (np.concatenate([x, z]) for x, z in zip(a, b))
+        scale = scale * np.concatenate([np.full(len(a[0]), tau_a), np.full(len(b[0]), tau_b)])
+        return student_t_nll(y, mu, scale, df), regression_ece(y, mu, scale, df, levels)
+
+    crossed = pooled(fit_temperature(*b, levels), fit_temperature(*a, levels))
+    kept = pooled(current, current)
+    if crossed[0] < kept[0] and crossed[1] < kept[1]:
+        return fit_temperature(*(np.concatenate([x, z]) for x, z in zip(a, b)), levels)
+    return current

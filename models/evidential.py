@@ -130,10 +130,10 @@ class EvidentialSAGE(nn.Module):
         return NIG(gamma, F.softplus(nu) + _EPS, F.softplus(alpha) + 1 + _EPS,
                    F.softplus(beta) + _EPS)
 
-    def freeze_encoder(self) -> None:
-        """Leave only the evidential head trainable (stage-2 transfer adapts the head)."""
+    def set_trainable(self, layers: str) -> None:
+        """"head": only the evidential head adapts (the paper's stage-2 transfer); "all": all."""
         for name, param in self.named_parameters():
-            param.requires_grad = name.startswith("head.")
+            param.requires_grad = layers == "all" or name.startswith("head.")
 
     def to_log_latency(self, out: NIG) -> NIG:
         """Map a standardized prediction back to natural-log seconds."""
@@ -192,18 +192,33 @@ def evidential_loss(y: Tensor, d: NIG, lam: float) -> Tensor:
     return (nig_nll(y, d) + lam * (y - d.gamma).abs() * evidence).mean()
 
 
-def pairwise_rank_loss(y: Tensor, pred: Tensor) -> Tensor:
-    """Logistic loss on every ordered pair of the batch: faster schedules should score lower."""
-    faster = y[:, None] < y[None, :]
-    if not faster.any():
+def pairwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None = None,
+                       throughput: Tensor | None = None) -> Tensor:
+    """Logistic loss on ordered pairs: the faster schedule of a pair should score lower.
+
+    The tuner ranks the candidates of one workload, so with `group` only pairs within a group
+    count (a pair of a LayerNorm and a matmul teaches what the regression already knows). With
+    `throughput` (best latency / latency, in (0, 1]) a pair weighs its difference in throughput,
+    as LambdaRank weighs by the change in its metric: swapping the fastest candidate for a slow
+    one costs the most, swapping two 1000x-slow ones next to nothing.
+    """
+    pairs = y[:, None] < y[None, :]
+    if group is not None:
+        pairs = pairs & (group[:, None] == group[None, :])
+    if not pairs.any():
         return pred.sum() * 0.0
-    return F.softplus(pred[:, None] - pred[None, :])[faster].mean()
+    loss = F.softplus(pred[:, None] - pred[None, :])[pairs]
+    if throughput is None:
+        return loss.mean()
+    weight = (throughput[:, None] - throughput[None, :]).abs()[pairs]
+    return (loss * weight).sum() / weight.sum().clamp_min(_EPS)
 
 
 def cost_loss(y: Tensor, d: NIG, lam: float, deterministic: bool = False,
-              rank_weight: float = 0.0) -> Tensor:
+              rank_weight: float = 0.0, group: Tensor | None = None,
+              throughput: Tensor | None = None) -> Tensor:
     """The training loss of a head variant, plus an optional pairwise ranking term."""
     loss = F.mse_loss(d.gamma, y) if deterministic else evidential_loss(y, d, lam)
     if rank_weight:
-        loss = loss + rank_weight * pairwise_rank_loss(y, d.gamma)
+        loss = loss + rank_weight * pairwise_rank_loss(y, d.gamma, group, throughput)
     return loss

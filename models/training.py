@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal
 
 import torch
+from torch.utils.data import Sampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
@@ -20,12 +22,64 @@ def _forward(model: EvidentialSAGE, batch) -> NIG:
     return model(batch.x, batch.edge_index, batch.edge_type, batch.batch, batch.num_graphs)
 
 
+RankPairs = Literal["all", "workload"]
+RankWeighting = Literal["uniform", "throughput"]
+Batches = Literal["shuffled", "workload"]
+
+
+def annotate_workloads(graphs: Sequence[Data], workloads: Sequence[str]) -> None:
+    """Tag each graph with its workload's index (`group`) and its normalized throughput there
+    (`throughput`: the workload's best latency / its latency), which ranking losses read."""
+    index = {w: i for i, w in enumerate(dict.fromkeys(workloads))}
+    best: dict[str, float] = {}
+    for data, w in zip(graphs, workloads):
+        best[w] = min(best.get(w, math.inf), data.y.item())
+    for data, w in zip(graphs, workloads):
+        data.group = torch.tensor([index[w]])
+        data.throughput = torch.exp(best[w] - data.y)
+
+
+class WorkloadBatches(Sampler):
+    """Batches that each hold one workload's graphs, in a new random order every epoch: every
+    pair in a batch is then a pair the tuner has to order."""
+
+    def __init__(self, groups: Sequence[int], batch_size: int, generator: torch.Generator):
+        self.members: dict[int, list[int]] = {}
+        for i, g in enumerate(groups):
+            self.members.setdefault(g, []).append(i)
+        self.batch_size, self.generator = batch_size, generator
+
+    def _batches(self) -> list[list[int]]:
+        out = []
+        for idx in self.members.values():
+            order = torch.randperm(len(idx), generator=self.generator).tolist()
+            out += [[idx[i] for i in order[k:k + self.batch_size]]
+                    for k in range(0, len(idx), self.batch_size)]
+        return [out[i] for i in torch.randperm(len(out), generator=self.generator).tolist()]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return sum(math.ceil(len(m) / self.batch_size) for m in self.members.values())
+
+
 def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *, lam: float,
-               rank_weight: float) -> float:
-    """One optimizer step on one batch, as pre-training, fine-tuning and online updates take it."""
+               rank_weight: float, rank_pairs: RankPairs = "all",
+               rank_weighting: RankWeighting = "uniform") -> float:
+    """One optimizer step on one batch, as pre-training, fine-tuning and online updates take it.
+
+    A batch without workload tags (an online update: one workload's measurements) is one group,
+    its throughput relative to its own best.
+    """
     model.train()
+    group = batch.group if rank_pairs == "workload" and "group" in batch else None
+    throughput = None
+    if rank_weighting == "throughput":
+        throughput = (batch.throughput if "throughput" in batch
+                      else torch.exp(batch.y.min() - batch.y))
     loss = cost_loss(model.standardize(batch.y), _forward(model, batch), lam,
-                     model.deterministic, rank_weight)
+                     model.deterministic, rank_weight, group, throughput)
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -57,16 +111,32 @@ def fit(
     warmup_epochs: int = 1,
     patience: int | None = None,
     rank_weight: float = 0.0,
+    rank_pairs: RankPairs = "all",
+    rank_weighting: RankWeighting = "uniform",
+    batches: Batches = "shuffled",
+    workloads: Sequence[str] | None = None,
     seed: int = 0,
     on_epoch: EpochCallback | None = None,
 ) -> dict:
     """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
 
     patience=None trains all max_epochs (the fine-tune); otherwise stops after `patience` epochs
-    without improvement.
+    without improvement. `workloads` names each training graph's workload: ranking within
+    workloads and workload batches need them.
     """
     torch.manual_seed(seed)
-    loader = DataLoader(list(train), batch_size=batch_size, shuffle=True, drop_last=False)
+    train = list(train)
+    if workloads is not None:
+        train = [copy.copy(g) for g in train]  # the tags stay with this fit's copies
+        annotate_workloads(train, workloads)
+    elif rank_pairs == "workload" or batches == "workload":
+        raise ValueError("workload pairs or batches need the training graphs' workloads")
+    if batches == "workload":
+        sampler = WorkloadBatches([g.group.item() for g in train], batch_size,
+                                  torch.Generator().manual_seed(seed))
+        loader = DataLoader(train, batch_sampler=sampler)
+    else:
+        loader = DataLoader(train, batch_size=batch_size, shuffle=True, drop_last=False)
     steps_per_epoch = max(len(loader), 1)
     total_steps = steps_per_epoch * max_epochs
     warmup_steps = steps_per_epoch * warmup_epochs
@@ -85,7 +155,8 @@ def fit(
     for epoch in range(max_epochs):
         running, seen = 0.0, 0
         for batch in loader:
-            loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight)
+            loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
+                              rank_pairs=rank_pairs, rank_weighting=rank_weighting)
             scheduler.step()
             running += loss * batch.num_graphs
             seen += batch.num_graphs

@@ -1,4 +1,8 @@
-"""Stage 5: fit the variance temperature on validation probes; report ECE/NLL before and after."""
+"""Stage 5: fit the variance temperature on validation probes; report ECE/NLL before and after.
+
+A temperature has to earn its place: fitted on the validation probes of some workloads, it must
+not worsen NLL or ECE on the others' (and the other way round), else the model keeps its own.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,9 @@ from calo import paths, registry
 from calo.artifact import TrainedModel, load_with_graphs
 from calo.dataset import GraphSet
 from calo.errors import CaloError
-from calo.evaluation import evaluate, predictive
+from calo.evaluation import checked_temperature, evaluate, predictive
 from calo.log import get_logger
-from calo.models.calibration import confidence_levels, coverage, fit_temperature
+from calo.models.calibration import confidence_levels, coverage
 from calo.plots import reliability_diagram
 
 
@@ -41,8 +45,8 @@ def calibrate(settings: cfg.Settings, device: str) -> dict:
         raise CaloError(f"device '{device}' has too few validation graphs ({len(val)})")
     levels = settings.calibrate.levels
     before_tau = trained.temperature
-    tau = fit_temperature(*predictive(trained.net, val), confidence_levels(levels))
-    report: dict = {"temperature": tau}
+    tau = checked_temperature(trained.net, val, before_tau, levels)
+    report: dict = {"temperature": tau, "kept_previous": float(tau == before_tau)}
     for name, part in (("val", val), ("test", test)):
         before = evaluate(trained.net, part, levels, before_tau)
         after = evaluate(trained.net, part, levels, tau)

@@ -1,15 +1,21 @@
 """Offline evaluation on any TVM JSON database, side by side with TVM's own cost models.
 
-Each workload's measured records are taken in measurement order; the first `warmup_fraction`
-of them are warm-up probes, the rest are held out. With warm-up probes, our model is fine-tuned
-on them (as the finetune stage does) and its temperature refitted on a hash-split share of them
-(as the calibrate stage does). TVM's XGBModel and MLPModel are each trained twice: on exactly
-the warm-up records (`xgb`, `mlp`), and on the donor's records plus the warm-up records, the
-data our model saw (`xgb_donor`, `mlp_donor`). Every model is scored on the same held-out
-records; a baseline that cannot train on what it is given is listed as not run, with why.
+Each workload's measured records are taken in measurement order; its warm-up probes are the
+first `warmup_fraction` of them, or `warmup_records` of them, and the rest are held out. With
+`choose="uncertainty"` the probes are picked among the workload's random samples where the
+model's epistemic variance is largest, one per band of predicted latency (spread over the design
+space) instead of in measurement order. With warm-up probes, our model is fine-tuned on them (as
+the finetune stage does) and its temperature refitted on a hash-split share of them (as the
+calibrate stage does, kept only if it helps). TVM's XGBModel and MLPModel are each trained
+twice: on exactly the warm-up records (`xgb`, `mlp`), and on the donor's records plus the
+warm-up records, the data our model saw (`xgb_donor`, `mlp_donor`). Every model is scored on the
+same held-out records; a baseline that cannot train on what it is given is listed as not run,
+with why.
 
 TVM's models predict a relative throughput, not a latency distribution: they have ranking
 metrics (Kendall tau, top-k, regret) but no ECE, NLL or RMSE, which are reported as null.
+Ranking metrics are also given per candidate source (random samples; evolved by the search,
+the fast end a search visits).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from __future__ import annotations
 import copy
 import math
 import random
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,19 +35,20 @@ from tvm.s_tir import meta_schedule as ms
 from calo import config as cfg
 from calo import paths, registry
 from calo.artifact import WEIGHTS, TrainedModel
-from calo.baselines import train_on, xgb_model
+from calo.baselines import mlp_training, train_on, xgb_model
 from calo.dataset import split_of
 from calo.errors import CaloError, reason
-from calo.evaluation import calibration, predictive, ranking
+from calo.evaluation import calibration, checked_temperature, predictive, ranking
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
-from calo.models.calibration import confidence_levels, fit_temperature
-from calo.records import Record, iter_records
+from calo.models.training import predict
+from calo.records import EVOLVED, RANDOM, Record, iter_records
 from calo.tasks.finetune import adapt
 
 RANKING = ("kendall_tau", "top1", "top5", "regret")
 CALIBRATION = ("ece", "nll", "rmse")
 MIN_CALIBRATION_POINTS = 5   # fewer warm-up validation points than this: keep the temperature
+CHOICES = ("first", "uncertainty")
 MLP_MIN_WORKLOADS = 5
 
 
@@ -54,14 +63,44 @@ def load_model_spec(settings: cfg.Settings, spec: str) -> tuple[TrainedModel, st
     return trained, f"{settings.mlflow.model_name}@{spec} (v{version})"
 
 
-def split_warmup(recs: list[Record], fraction: float) -> dict[str, tuple[list, list]]:
-    by_workload: dict[str, list[Record]] = defaultdict(list)
-    for rec in recs:
-        by_workload[rec.workload_name].append(rec)
+def split_warmup(recs: list[Record], fraction: float = 0.0,
+                 count: int | None = None) -> dict[str, tuple[list, list]]:
+    """(warm-up, held-out) records of each workload: the first `count` (or `fraction`) of its
+    records in measurement order, and the rest."""
     out = {}
-    for name, group in by_workload.items():
-        n_warm = math.ceil(fraction * len(group)) if fraction > 0 else 0
+    for name, group in by_workload(recs).items():
+        n_warm = count if count is not None else (math.ceil(fraction * len(group))
+                                                   if fraction > 0 else 0)
         out[name] = (group[:n_warm], group[n_warm:])
+    return out
+
+
+def by_workload(recs: list[Record]) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for rec in recs:
+        groups[rec.workload_name].append(rec)
+    return dict(groups)
+
+
+def choose_by_uncertainty(trained: TrainedModel, recs: list[Record], count: int,
+                          progress: Callable[[], None] = lambda: None
+                          ) -> dict[str, tuple[list, list]]:
+    """(warm-up, held-out) records of each workload, the warm-up chosen by the model: its random
+    samples split into `count` bands of predicted latency, and in each band the one with the
+    largest epistemic variance (the most to learn, spread over the design space)."""
+    out = {}
+    for name, group in by_workload(recs).items():
+        pool = [i for i, r in enumerate(group) if r.source == RANDOM] or list(range(len(group)))
+        graphs = graph_set(trained.graph_kind, [group[i] for i in pool], progress)
+        d = predict(trained.net, graphs.graphs)
+        mu, var = d.gamma.numpy(), d.epistemic_var.numpy()
+        chosen = []
+        for band in np.array_split(np.argsort(mu, kind="stable"), min(count, len(pool))):
+            if len(band):
+                chosen.append(pool[int(band[np.argmax(var[band])])])
+        keep = set(chosen)
+        out[name] = ([group[i] for i in chosen],
+                     [r for i, r in enumerate(group) if i not in keep])
     return out
 
 
@@ -95,7 +134,8 @@ def _mlp(settings: cfg.Settings, groups: list[list[Record]]):
             context, [r.record.as_measure_candidate() for r in group],
             [ms.runner.RunnerResult(r.record.run_secs, None) for r in group], state.extractor)
         state.add_to_group(features, costs, shash2hex(context.mod))
-    model.trainer.train_full()
+    with mlp_training():
+        model.trainer.train_full()
     return model
 
 
@@ -146,22 +186,35 @@ def _summarize(per_workload: dict[str, dict], pooled: dict | None) -> dict:
 
 
 def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
-                     warmup_fraction: float = 0.0) -> dict:
+                     warmup_fraction: float = 0.0, warmup_records: int | None = None,
+                     choose: str = "first", baselines: bool = True) -> dict:
+    """Score our model and TVM's (unless not `baselines`) on the held-out records of every
+    workload in a store."""
     log = get_logger()
     if not 0 <= warmup_fraction < 1:
         raise CaloError(f"--warmup-fraction must be in [0, 1), got {warmup_fraction}")
+    if warmup_records is not None and warmup_records < 0:
+        raise CaloError(f"--warmup must be >= 0 records, got {warmup_records}")
+    if choose not in CHOICES:
+        raise CaloError(f"--choose must be one of {', '.join(CHOICES)}, got {choose!r}")
     recs = [r for r in iter_records(Path(records_dir)) if r.latency is not None]
     if not recs:
         raise CaloError(f"no successful measurements in {records_dir}")
     trained, label = load_model_spec(settings, model_spec)
     kind = trained.graph_kind
-    splits = split_warmup(recs, warmup_fraction)
+    if choose == "uncertainty" and warmup_records:
+        splits = choose_by_uncertainty(trained, recs, warmup_records,
+                                       Progress("evaluate: choosing warm-up", len(recs),
+                                                "records").advance)
+    else:
+        splits = split_warmup(recs, warmup_fraction, warmup_records)
     warm = [r for w, h in splits.values() for r in w]
     held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
     if not held:
         raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
     levels = settings.calibrate.levels
 
+    finetune_s = 0.0
     if warm:
         trained = copy.deepcopy(trained)
         warm_graphs = graph_set(kind, warm, Progress("evaluate: warm-up graphs", len(warm),
@@ -171,11 +224,12 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
                   for w, r in zip(warm_graphs.workload, warm_graphs.record)]
         fit_set = warm_graphs.select([not v for v in is_val])
         cal_set = warm_graphs.select(is_val)
-        adapt(trained, settings.finetune, settings.train, fit_set.graphs,
-              cal_set.graphs or fit_set.graphs)
+        start = time.perf_counter()
+        adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set)
+        finetune_s = time.perf_counter() - start
         if len(cal_set) >= MIN_CALIBRATION_POINTS:
-            y, mu, scale, df = predictive(trained.net, cal_set)
-            trained.temperature = fit_temperature(y, mu, scale, df, confidence_levels(levels))
+            trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
+                                                      levels)
     model, tau = trained.net, trained.temperature
 
     donor_store = paths.records_dir(settings.donor)
@@ -185,9 +239,11 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     for rec in donor:
         donor_groups[rec.workload_key].append(rec)
     warm_groups = [w for w, _ in splits.values()]
-    baselines, not_run = _baselines(settings, warm_groups, list(donor_groups.values()))
+    baselines, not_run = (_baselines(settings, warm_groups, list(donor_groups.values()))
+                          if baselines else ({}, {}))
 
-    per_workload: dict[str, dict[str, dict]] = {m: {} for m in ("calo", *baselines)}
+    per_source: dict[str, dict[str, dict[str, dict]]] = {
+        source: {m: {} for m in ("calo", *baselines)} for source in ("all", RANDOM, EVOLVED)}
     counts, pooled = {}, []
     # Counted from here: the baselines' training above is not graph extraction.
     progress = Progress("evaluate: held-out graphs", sum(map(len, held.values())), "records")
@@ -196,20 +252,29 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         counts[name] = len(group)
         y, mu, scale, df = predictive(model, graph_set(kind, group, progress.advance), tau)
         pooled.append((y, mu, scale, df))
-        per_workload["calo"][name] = {**ranking(latency, mu), **calibration(y, mu, scale, df,
-                                                                            levels)}
         cands = [r.record.as_measure_candidate() for r in group]
-        for which, baseline in baselines.items():
-            score = np.asarray(baseline.predict(_context(group[0]), cands))
-            per_workload[which][name] = {**ranking(latency, -score),
-                                         **dict.fromkeys(CALIBRATION)}
+        scores = {"calo": mu, **{which: -np.asarray(baseline.predict(_context(group[0]), cands))
+                                 for which, baseline in baselines.items()}}
+        sources = np.array([r.source for r in group])
+        for source, table in per_source.items():
+            idx = np.arange(len(group)) if source == "all" else np.flatnonzero(sources == source)
+            if len(idx) < 2:
+                continue
+            for which, score in scores.items():
+                table[which][name] = {**ranking(latency[idx], score[idx]),
+                                      **dict.fromkeys(CALIBRATION)}
+        per_source["all"]["calo"][name].update(calibration(y, mu, scale, df, levels))
     calo_pooled = calibration(*(np.concatenate(part) for part in zip(*pooled)), levels)
+    per_workload = per_source["all"]
     report = {
         "model": label, "temperature": tau, "records": records_dir,
-        "warmup_fraction": warmup_fraction, "warmup_records": len(warm),
+        "warmup_fraction": warmup_fraction, "warmup_per_workload": warmup_records,
+        "warmup_choice": choose, "warmup_records": len(warm), "finetune_s": finetune_s,
         "held_out_records": sum(counts.values()), "donor_records": len(donor),
         "overall": {m: _summarize(pw, calo_pooled if m == "calo" else None)
                     for m, pw in per_workload.items() if pw},
+        "by_source": {source: {m: _summarize(pw, None) for m, pw in table.items() if pw}
+                      for source, table in per_source.items() if source != "all"},
         "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
                          for w in held},
         "not_run": not_run,
@@ -220,12 +285,17 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
 
 def format_table(report: dict) -> str:
     cols = RANKING + CALIBRATION
+    per = report.get("warmup_per_workload")
+    how = (f"{per} per workload, {report['warmup_choice']}" if per is not None
+           else f"fraction {report['warmup_fraction']}")
     lines = [f"{report['model']} on {report['records']}: {report['held_out_records']} held-out "
-             f"records, {report['warmup_records']} warm-up (fraction {report['warmup_fraction']})"]
+             f"records, {report['warmup_records']} warm-up ({how})"]
     head = f"{'workload':<24}{'model':<11}" + "".join(f"{c:>12}" for c in cols)
     lines.append(head)
     rows = [(w, m, v) for w, ms_ in sorted(report["per_workload"].items()) for m, v in ms_.items()]
     rows += [("overall", m, v) for m, v in report["overall"].items()]
+    rows += [(f"overall {source}", m, v) for source, table in report["by_source"].items()
+             for m, v in table.items()]
     for workload, model, values in rows:
         cells = "".join(f"{'-' if values.get(c) is None else format(values[c], '.3f'):>12}"
                         for c in cols)

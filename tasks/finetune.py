@@ -13,7 +13,7 @@ import mlflow
 from calo import config as cfg
 from calo import paths, registry
 from calo.artifact import TrainedModel
-from calo.dataset import load_graphs
+from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import evaluate
 from calo.log import get_logger
@@ -29,14 +29,18 @@ def load_donor(settings: cfg.Settings) -> TrainedModel:
     return TrainedModel.load(path)
 
 
-def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graphs, val,
-          on_epoch=None) -> dict:
-    """Stage 2 of the transfer: train the donor model (its head, by default) on warm-up graphs."""
-    if finetune.layers == "head":
-        trained.net.freeze_encoder()
-    schedule = {**dataclasses.asdict(train), "lr": finetune.lr, "batch_size": finetune.batch_size,
-                "max_epochs": finetune.epochs, "warmup_epochs": 0, "patience": None}
-    return {**fit(trained.net, graphs, val, on_epoch=on_epoch, **schedule), "config": schedule}
+def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graphs: GraphSet,
+          val: GraphSet, on_epoch=None) -> dict:
+    """Stage 2 of the transfer: train the donor model on warm-up graphs, with the rule's row
+    for their number per workload (which layers, epochs, learning rate)."""
+    step = finetune.step_for(graphs.per_workload())
+    trained.net.set_trainable(step.layers)
+    schedule = {**dataclasses.asdict(train), "lr": step.lr, "batch_size": finetune.batch_size,
+                "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None}
+    result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
+                 on_epoch=on_epoch, **schedule)
+    return {**result, "config": {**schedule, "layers": step.layers,
+                                 "warmup_per_workload": graphs.per_workload()}}
 
 
 def finetune(settings: cfg.Settings, device: str) -> dict:
@@ -49,10 +53,10 @@ def finetune(settings: cfg.Settings, device: str) -> dict:
     levels = settings.calibrate.levels
     with registry.start_run(settings, "finetune", f"finetune-{device}"):
         before = evaluate(trained.net, val, levels, trained.temperature)
-        result = adapt(trained, settings.finetune, settings.train, train.graphs, val.graphs,
-                       log_epoch(f"finetune {device}", settings.finetune.epochs))
-        mlflow.log_params({**result["config"], "layers": settings.finetune.layers,
-                           "device": device, "donor": settings.donor,
+        step = settings.finetune.step_for(train.per_workload())
+        result = adapt(trained, settings.finetune, settings.train, train, val,
+                       log_epoch(f"finetune {device}", step.epochs))
+        mlflow.log_params({**result["config"], "device": device, "donor": settings.donor,
                            "warmup_graphs": len(train)})
         # The donor's temperature was fitted to the donor: calibrate fits this model's own.
         trained.temperature = 1.0

@@ -12,9 +12,8 @@ from calo import paths, registry
 from calo.artifact import TrainedModel
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
-from calo.evaluation import evaluate, predictive
+from calo.evaluation import checked_temperature, evaluate
 from calo.log import Progress, get_logger
-from calo.models.calibration import confidence_levels, fit_temperature
 from calo.models.training import fit
 
 
@@ -33,7 +32,10 @@ def log_epoch(stage: str, max_epochs: int):
 
 def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet]:
     graphs = load_graphs(paths.graphs_path(settings.donor), settings.graph.kind)
-    train, val, test = (graphs.split(s, settings.split) for s in ("train", "val", "test"))
+    if settings.split.donor_val == "workload":
+        train, val, test = graphs.held_out_workloads(settings.split)
+    else:
+        train, val, test = (graphs.split(s, settings.split) for s in ("train", "val", "test"))
     if len(train) < 2 or len(val) < 1:
         raise CaloError(f"donor '{settings.donor}' has too few graphs to train ({len(graphs)})")
     return train, val, test
@@ -47,11 +49,10 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     trained = TrainedModel.new(settings)
     trained.net.set_normalization(torch.cat([g.x for g in train.graphs]),
                                   torch.cat([g.y for g in train.graphs]))
-    result = fit(trained.net, train.graphs, val.graphs, on_epoch=on_epoch,
-                 **dataclasses.asdict(settings.train))
+    result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
+                 on_epoch=on_epoch, **dataclasses.asdict(settings.train))
     levels = settings.calibrate.levels
-    trained.temperature = fit_temperature(*predictive(trained.net, val),
-                                          confidence_levels(levels))
+    trained.temperature = checked_temperature(trained.net, val, 1.0, levels)
     metrics = {f"{name}_{k}": v for name, part in (("val", val), ("test", test))
                for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
     return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature}

@@ -37,8 +37,7 @@ def load_tuning_model(settings: cfg.Settings, device: str) -> CaloCostModel:
     if not model_dir.is_dir():
         raise CaloError(f"no calibrated model for '{device}': run `calo finetune` and "
                         "`calo calibrate` first")
-    return CaloCostModel.from_settings(TrainedModel.load(model_dir), settings.tune,
-                                       settings.train)
+    return CaloCostModel.from_settings(TrainedModel.load(model_dir), settings)
 
 
 def best_so_far(latencies: list[float | None]) -> list[float]:

@@ -98,12 +98,21 @@ def test_unreadable_params_file(tmp_path):
 
 def test_unknown_finetune_layers_are_rejected(tmp_path, params):
     raw = yaml.safe_load(Path(params.path).read_text())
-    raw["finetune"]["layers"] = "encoder"
+    raw["finetune"]["rule"][0]["layers"] = "encoder"
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(raw))
     out = calo("finetune", "--device", TARGET, cwd=tmp_path, params=bad)
     assert out.returncode == 2
-    assert "params.yaml: finetune.layers must be one of head, all, got 'encoder'" in out.stderr
+    assert ("params.yaml: finetune.rule[0].layers must be one of head, all, got 'encoder'"
+            in out.stderr)
+
+
+def test_finetune_rule_picks_the_first_row_covering_the_warmup_size(params):
+    rule = params.override({"finetune.rule": [
+        {"up_to": 8, "layers": "head", "epochs": 5, "lr": 1.0e-3},
+        {"up_to": 64, "layers": "all", "epochs": 20, "lr": 5.0e-4},
+        {"up_to": None, "layers": "all", "epochs": 10, "lr": 1.0e-3}]}).finetune
+    assert [rule.step_for(n).epochs for n in (1, 8, 8.5, 64, 2000)] == [5, 5, 20, 20, 10]
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -112,6 +121,8 @@ def test_unknown_finetune_layers_are_rejected(tmp_path, params):
     (lambda raw: raw["harvest"].update(batchsize=8), "unknown key 'harvest.batchsize'"),
     (lambda raw: raw["model"].pop("hidden"), "model.hidden is missing"),
     (lambda raw: raw.pop("tune"), "params.yaml: tune is missing"),
+    (lambda raw: raw["finetune"]["rule"].reverse(),
+     "finetune.rule must list rows by increasing up_to, the last with up_to: null"),
 ])
 def test_bad_settings_stop_at_load_naming_the_key(tmp_path, params, edit, message):
     raw = yaml.safe_load(Path(params.path).read_text())

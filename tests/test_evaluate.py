@@ -6,7 +6,8 @@ import pytest
 
 from calo import paths
 from calo.cli import main
-from tests.conftest import TARGET
+from calo.graphs import graph_set
+from tests.conftest import DONOR, TARGET
 
 MODELS = {"calo", "xgb", "xgb_donor"}
 KEYS = {"kendall_tau", "top1", "top5", "regret", "ece", "nll"}
@@ -31,6 +32,39 @@ def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
     assert "5 or more workloads" in report["not_run"]["mlp_donor"]
     table = capsys.readouterr().err
     assert "xgb_donor" in table and "overall" in table
+
+
+@pytest.mark.parametrize("choose", ["first", "uncertainty"])
+def test_evaluate_takes_a_warmup_of_n_records_per_workload(params, pretrained, tmp_path, choose):
+    out = tmp_path / "report.json"
+    assert main(["evaluate", "--model", "donor", "--records", str(paths.records_dir(TARGET)),
+                 "--warmup", "3", "--choose", choose, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["warmup_records"] == 3 * 2 and report["held_out_records"] == 28 - 6
+    assert report["warmup_per_workload"] == 3 and report["warmup_choice"] == choose
+    # ranking per candidate source: the harvest's random samples and its evolved candidates
+    assert set(report["by_source"]) == {"random", "evolved"}
+    assert set(report["by_source"]["evolved"]) == MODELS
+
+
+def test_uncertainty_picks_random_samples_in_bands_of_predicted_latency(params, pretrained):
+    from calo.artifact import TrainedModel
+    from calo.models.training import predict
+    from calo.records import iter_records
+    from calo.tasks.evaluate import by_workload, choose_by_uncertainty
+
+    trained = TrainedModel.load(paths.model_dir(DONOR))
+    recs = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None]
+    chosen = choose_by_uncertainty(trained, recs, 2)
+    for name, (warm, held) in chosen.items():
+        group = by_workload(recs)[name]
+        assert len(warm) == 2 and len(warm) + len(held) == len(group)
+        assert all(r.source == "random" for r in warm)
+        # one from the predicted-fast half of the random samples, one from the slow half
+        pool = [r for r in group if r.source == "random"]
+        mu = predict(trained.net, graph_set(trained.graph_kind, pool).graphs).gamma.numpy()
+        rank = {r.index: int(k) for r, k in zip(pool, mu.argsort().argsort())}
+        assert sorted(rank[r.index] < (len(pool) + 1) // 2 for r in warm) == [False, True]
 
 
 def test_evaluate_reads_a_database_written_by_plain_tune_tir(params, tuned, tmp_path):

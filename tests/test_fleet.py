@@ -138,7 +138,7 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_gated(
 
     # The project's fine-tune settings changed to wreck it: registered, not promoted.
     worse = copy.deepcopy(recorded)
-    worse["finetune"].update({"lr": 50.0, "layers": "all"})
+    worse["finetune"]["rule"] = [{"up_to": None, "layers": "all", "epochs": 5, "lr": 50.0}]
     (project / "params.yaml").write_text(yaml.safe_dump(worse, sort_keys=False))
     assert f"finetune@{device}" in _stale(project)  # its params changed; calibrate follows
     assert _run_deployment(f"device-run/{device}", env, project, no_tuning) == "COMPLETED"

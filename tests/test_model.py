@@ -6,13 +6,20 @@ from scipy import stats
 from calo import paths
 from calo.dataset import load_graphs
 from calo.models.calibration import (
+    checked_temperature,
     confidence_levels,
     fit_temperature,
     regression_ece,
     student_t_nll,
 )
-from calo.models.evidential import NIG, EvidentialSAGE, evidential_loss, nig_nll
-from calo.models.training import fit, mean_nll, predict
+from calo.models.evidential import (
+    NIG,
+    EvidentialSAGE,
+    evidential_loss,
+    nig_nll,
+    pairwise_rank_loss,
+)
+from calo.models.training import WorkloadBatches, fit, mean_nll, predict
 from tests.conftest import DONOR
 
 LEVELS = confidence_levels(19)
@@ -84,6 +91,52 @@ def test_pairwise_rank_loss_rewards_the_measured_order():
     y = torch.tensor([0.0, 1.0, 2.0])
     assert pairwise_rank_loss(y, y) < pairwise_rank_loss(y, -y)
     assert pairwise_rank_loss(torch.zeros(3), y) == 0  # no ordered pair, no loss
+
+
+def test_rank_loss_within_workloads_ignores_pairs_across_them():
+    y = torch.tensor([0.0, 1.0, 5.0, 6.0])
+    group = torch.tensor([0, 0, 1, 1])
+    right = torch.tensor([0.0, 1.0, 5.0, 6.0])
+    across_wrong = torch.tensor([5.0, 6.0, 0.0, 1.0])  # each workload still in order
+    assert torch.isclose(pairwise_rank_loss(y, across_wrong, group),
+                         pairwise_rank_loss(y, right, group))
+    assert pairwise_rank_loss(y, across_wrong) > pairwise_rank_loss(y, right)
+
+
+def test_throughput_weighting_makes_the_fast_end_cost_the_most():
+    y = torch.log(torch.tensor([1.0, 2.0, 100.0, 200.0]))   # seconds 1, 2, 100, 200
+    throughput = torch.exp(y.min() - y)
+    fast_swapped = torch.tensor([1.0, 0.0, 2.0, 3.0])   # predicted ranks, one pair swapped
+    slow_swapped = torch.tensor([0.0, 1.0, 3.0, 2.0])
+    weighted = [pairwise_rank_loss(y, p, throughput=throughput)
+                for p in (fast_swapped, slow_swapped)]
+    uniform = [pairwise_rank_loss(y, p) for p in (fast_swapped, slow_swapped)]
+    assert torch.isclose(uniform[0], uniform[1])
+    assert weighted[0] > 2 * weighted[1]
+
+
+def test_workload_batches_hold_one_workload_and_cover_every_graph_once():
+    groups = [0] * 7 + [1] * 3 + [2] * 12
+    sampler = WorkloadBatches(groups, 4, torch.Generator().manual_seed(0))
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 2 + 1 + 3
+    assert all(len({groups[i] for i in b}) == 1 and len(b) <= 4 for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(len(groups)))
+    assert batches != list(sampler)  # a new order every epoch
+
+
+def test_checked_temperature_keeps_the_current_one_unless_cross_fitting_improves():
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=(2, 400)) * 3.0
+    ones = np.ones(400)
+    folds = [(y[i], np.zeros(400), ones, ones * 30) for i in range(2)]
+    tau = checked_temperature(*folds, 1.0, LEVELS)
+    assert 2.5 < tau < 3.5   # a real gain in both directions: the refitted scale
+    # folds that disagree (one overconfident, one underconfident): each fold's temperature
+    # makes the other worse, so 1.0 stays
+    mixed = [(y[0], np.zeros(400), ones, ones * 30), (y[1] / 9, np.zeros(400), ones, ones * 30)]
+    assert checked_temperature(*mixed, 1.0, LEVELS) == 1.0
+    assert abs(checked_temperature(*folds, 3.0, LEVELS) - 3.0) < 0.1  # already about right
 
 
 @pytest.mark.parametrize("variant", [

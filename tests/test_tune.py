@@ -93,15 +93,21 @@ def test_cost_model_scores_and_decaying_kappa(params, calibrated):
     changed = _weights_changed_by_update(model, ctx, cands, results)
     assert model.round == 1 and len(model.measured) == len(cands)
     assert model.kappa() < 1.5 / math.sqrt(50)
-    # tune.update_layers: head (the default) adapts the head and leaves the encoder as it was.
-    assert changed and all(k.startswith("head.") for k in changed)
-
-
-def test_all_layer_updates_adapt_the_encoder_too(params, calibrated):
-    model = load_tuning_model(params.override({"tune.update_layers": "all"}), TARGET)
-    changed = _weights_changed_by_update(model, *_mm64_candidates(params))
+    # The fine-tune rule's row for a few records: every layer adapts.
     assert any(k.startswith("head.") for k in changed)
     assert any(not k.startswith("head.") for k in changed)
+
+
+def test_online_updates_take_the_finetune_rules_row_for_what_was_measured(params, calibrated):
+    head_first = params.override({"finetune.rule": [
+        {"up_to": 4, "layers": "head", "epochs": 1, "lr": 1.0e-3},
+        {"up_to": None, "layers": "all", "epochs": 1, "lr": 1.0e-3}]})
+    ctx, cands, results = _mm64_candidates(params)
+    model = load_tuning_model(head_first, TARGET)
+    changed = _weights_changed_by_update(model, ctx, cands[:4], results[:4])
+    assert changed and all(k.startswith("head.") for k in changed)   # 4 measured: head only
+    changed = _weights_changed_by_update(model, ctx, cands[4:], results[4:])
+    assert model.step.layers == "all" and any(not k.startswith("head.") for k in changed)
 
 
 def test_cost_model_save_load_keeps_its_whole_state(params, calibrated, tmp_path):
