@@ -65,6 +65,14 @@ def pool_settings(base: Settings, kind: str, device: str) -> Settings:
     return base.override(changes)
 
 
+def unpack(pool: Path, into: Path) -> Path:
+    """Unpack a committed pool; returns the store directory it holds."""
+    with tarfile.open(pool) as tar:
+        (top,) = {Path(m.name).parts[0] for m in tar.getmembers()}
+        tar.extractall(into, filter="data")
+    return into / top
+
+
 def pack(store: Path, out: Path) -> None:
     with tarfile.open(out, "w:gz") as tar:
         tar.add(store, arcname=store.name)

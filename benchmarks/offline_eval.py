@@ -29,7 +29,6 @@ import argparse
 import hashlib
 import json
 import os
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ from calo.devices import preload_tensor_intrinsics
 preload_tensor_intrinsics()  # before torch_geometric is imported
 
 import yaml  # noqa: E402
-from harvest_pools import UNSEEN_OPERATORS  # noqa: E402
+from harvest_pools import UNSEEN_OPERATORS, unpack  # noqa: E402
 
 from calo import records, suite  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
@@ -68,14 +67,6 @@ def dev_held_out(names: list[str]) -> set[str]:
         ranked = sorted(group, key=lambda n: hashlib.sha1(n.encode()).hexdigest())
         held |= set(ranked[::DEV_SHARE])
     return held
-
-
-def unpack(pool: Path, into: Path) -> Path:
-    """Unpack a committed pool; returns the store directory it holds."""
-    with tarfile.open(pool) as tar:
-        (top,) = {Path(m.name).parts[0] for m in tar.getmembers()}
-        tar.extractall(into, filter="data")
-    return into / top
 
 
 def with_overrides(settings: Settings, donor: str, overrides: list[str]) -> Settings:

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import statistics
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from calo.devices import preload_tensor_intrinsics
 preload_tensor_intrinsics()  # once, outside any timing
 
 import torch  # noqa: E402
+from harvest_pools import unpack  # noqa: E402
 from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
@@ -123,9 +123,8 @@ def main() -> None:
                          num_threads=os.cpu_count() or 1)
     pops = populations(ctx, args.population, args.repeat + 1)   # +1: warm-up call, untimed
 
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(POOL) as tar:
-        tar.extractall(tmp, filter="data")
-        measured = [r for r in records.iter_records(Path(tmp) / "cpu-host")
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = [r for r in records.iter_records(unpack(POOL, Path(tmp)))
                     if r.workload_name == args.workload and r.latency is not None]
     xgb = train_on(xgb_model(os.cpu_count() or 1), ctx, measured)
     trained = TrainedModel.new(settings)

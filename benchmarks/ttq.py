@@ -55,7 +55,8 @@ from calo.costmodel import CaloCostModel  # noqa: E402
 from calo.tasks.extract import extract  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_eval import POOLS, train_donor, unpack, with_overrides  # noqa: E402
+from harvest_pools import unpack  # noqa: E402
+from offline_eval import POOLS, train_donor, with_overrides  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 QUALITY = 0.05
