@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from calo import paths
+from calo import locks, paths
 from calo.config import Settings, load_settings
 from calo.errors import CaloError
 
@@ -95,6 +95,9 @@ def _cmd_records(settings: Settings, args) -> Callable[[], dict]:
     settings.device(args.device)
     store = paths.records_dir(args.device)
     _require(store / records.RECORD_FILE, f"no records for device '{args.device}' in {store}")
+    with locks.lock_if_free(args.device, "calo records") as idle:
+        if idle:  # a torn tail of a store nobody writes now is a crash's leftover: set it aside
+            records.recover_torn_tails(store)
     table: dict[str, dict[str, int]] = {}
     for rec in records.iter_records(store):
         row = table.setdefault(suite.family(rec.workload_name), {})
@@ -302,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=STAGES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default=None,
                         help="parameters file (default: $CALO_PARAMS or params.yaml)")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="stop at once if another run is writing the device's data "
+                             "(default: wait for it)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler, help_text: str, device: bool = True):
@@ -395,6 +401,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # What dvc.yaml runs, and commands whose output is a table: their result is logged, not dumped.
+# Commands that talk to the MLflow tracking server / a Prefect server (when one is configured).
+_NEEDS_MLFLOW = {"pretrain", "sweep", "finetune", "calibrate", "promote", "tune", "run", "device"}
+_NEEDS_PREFECT = {"run", "device"}
+
+
+def _require_services(settings: Settings, args) -> None:
+    from calo import services
+
+    registry_model = args.command == "evaluate" and not Path(args.model).exists()
+    if args.command in _NEEDS_MLFLOW or registry_model:
+        services.require_mlflow(settings)
+    if args.command in _NEEDS_PREFECT:
+        from calo.fleet import prefect_server
+
+        services.require_prefect(prefect_server())
+
+
 _NO_RESULT_JSON = {"harvest", "extract", "pretrain", "finetune", "calibrate", "tune", "promote",
                    "run", "summary", "workloads", "records"}
 
@@ -404,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         settings = load_settings(args.params)
+        locks.set_waiting(not args.no_wait)
         work = args.handler(settings, args)
+        _require_services(settings, args)
         result = work()
     except CaloError as err:
         print(f"calo: error: {err}", file=sys.stderr)

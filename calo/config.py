@@ -76,6 +76,13 @@ class Split:
 
 
 @dataclass(frozen=True)
+class Labels:
+    # Drop training records whose repeated runs disagree by more than this share of their
+    # mean (calo.records.spread_of); null keeps every record.
+    max_spread: float | None
+
+
+@dataclass(frozen=True)
 class Graph:
     kind: GraphKind
 
@@ -175,6 +182,7 @@ class Settings:
     workloads: dict[str, Workload]
     harvest: Harvest
     split: Split
+    labels: Labels
     graph: Graph
     model: Model
     train: Train

@@ -69,6 +69,15 @@ class GraphSet:
         return (rest.split("train", no_val), self.select([w in held for w in self.workload]),
                 rest.split("test", no_val))
 
+    def steady(self, max_spread: float | None) -> tuple[GraphSet, int]:
+        """The graphs whose label's repeated runs agree within max_spread (unknown spread
+        counts as agreeing), and how many were dropped."""
+        if max_spread is None:
+            return self, 0
+        keep = [not float(getattr(g, "spread", torch.tensor([0.0]))[0]) > max_spread
+                for g in self.graphs]
+        return self.select(keep), keep.count(False)
+
     def __len__(self) -> int:
         return len(self.graphs)
 
@@ -101,6 +110,8 @@ def save_graphs(path: Path, graphs: GraphSet) -> None:
         "y": torch.cat([g.y for g in graphs.graphs]) if graphs.graphs else torch.zeros(0),
         "workload": graphs.workload,
         "record": graphs.record,
+        "spread": torch.cat([getattr(g, "spread", torch.tensor([float("nan")]))
+                             for g in graphs.graphs]) if graphs.graphs else torch.zeros(0),
         "kind": graphs.kind,
     }, tmp)
     tmp.replace(path)
@@ -115,6 +126,8 @@ def load_graphs(path: Path, kind: str) -> GraphSet:
         raise CaloError(f"{path} holds {blob.get('kind', 'schedule')} graphs but the model reads "
                         f"{kind} graphs: re-run `calo extract` (and pretrain) after changing "
                         "graph.kind")
-    graphs = [Data(x=x, edge_index=e, edge_type=t, y=y.reshape(1))
-              for x, e, t, y in zip(blob["x"], blob["edge_index"], blob["edge_type"], blob["y"])]
+    spread = blob.get("spread", torch.full((len(blob["y"]),), float("nan")))
+    graphs = [Data(x=x, edge_index=e, edge_type=t, y=y.reshape(1), spread=s.reshape(1))
+              for x, e, t, y, s in zip(blob["x"], blob["edge_index"], blob["edge_type"],
+                                       blob["y"], spread)]
     return GraphSet(graphs, list(blob["workload"]), list(blob["record"]), kind)

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import get_args
 
+import torch
+
 from calo import ast_graph, schedule_graph
 from calo.config import GraphKind
 from calo.dataset import GraphSet, to_data
@@ -47,7 +49,9 @@ def graph_set(kind: str, records: Iterable, on_graph: Callable[[], None] = lambd
     """Graphs of measured records (calo.records.Record), labelled with their log latency."""
     graphs = GraphSet([], [], [], kind)
     for rec in records:
-        graphs.graphs.append(to_data(of_record(kind, rec.record), math.log(rec.latency)))
+        data = to_data(of_record(kind, rec.record), math.log(rec.latency))
+        data.spread = torch.tensor([math.nan if rec.spread is None else rec.spread])
+        graphs.graphs.append(data)
         graphs.workload.append(rec.workload_name)
         graphs.record.append(rec.index)
         on_graph()

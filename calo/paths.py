@@ -13,6 +13,11 @@ def records_dir(device: str) -> Path:
     return DATA / "records" / device
 
 
+def lock_path(device: str) -> Path:
+    """The lock one writer of a device holds (calo.locks); outside every DVC output."""
+    return DATA / "locks" / f"{device}.lock"
+
+
 def graphs_path(device: str) -> Path:
     return DATA / "graphs" / f"{device}.pt"
 

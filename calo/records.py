@@ -6,6 +6,10 @@ each workload's structural hash to the name it has in params.yaml, and ``record_
 one line per harvested candidate with where it came from (random sample, evolved by the search,
 imported) and how its measurement went (ok, build error, run error, timeout). The side file keeps
 the TVM files readable by TVM; records it does not mention are treated as random samples.
+
+All three files are append-only, one JSON value per line. A crash mid-append leaves a torn last
+line (no newline): readers skip it, and a writer opening the store moves it aside to
+``<file>.torn`` beside it first, so the next append never glues a record onto broken bytes.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from pathlib import Path
 from tvm.s_tir import meta_schedule as ms
 
 from calo.errors import CaloError, reason
+from calo.log import get_logger
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 NAMES_FILE = "workloads.json"
 META_FILE = "record_meta.jsonl"
 RANDOM, EVOLVED, IMPORTED = "random", "evolved", "imported"
+APPEND_ONLY = (WORKLOAD_FILE, RECORD_FILE, META_FILE)
+TORN_SUFFIX = ".torn"
 # Meta-Schedule's marker for a failed measurement; such records are kept but never used as labels.
 FAILED_SECS = 1e10
 
@@ -41,10 +48,62 @@ class Record:
     source: str = RANDOM       # random, evolved or imported
     status: str = "ok"         # ok, build_error, run_error, timeout (or failed, if unrecorded)
 
+    @property
+    def spread(self) -> float | None:
+        return spread_of(self.record)
+
 
 def open_store(path: Path) -> ms.database.JSONDatabase:
+    """The store as TVM's database, for writing: call it holding the device's lock
+    (calo.locks), since it first moves torn last lines aside."""
     path.mkdir(parents=True, exist_ok=True)
+    recover_torn_tails(path)
     return ms.database.JSONDatabase(work_dir=str(path))
+
+
+def _torn_tail(file: Path) -> int:
+    """Bytes after the last newline of a file: a line whose append never finished."""
+    with open(file, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        pos, chunk = end, 1 << 16
+        while pos > 0:
+            start = max(pos - chunk, 0)
+            f.seek(start)
+            newline = f.read(pos - start).rfind(b"\n")
+            if newline >= 0:
+                return end - (start + newline + 1)
+            pos = start
+        return end
+
+
+def recover_torn_tails(path: Path) -> list[Path]:
+    """Move the torn last line of each append-only file of a store to `<file>.torn` (appended,
+    so earlier recoveries stay); every complete line stays. Returns the files repaired."""
+    repaired = []
+    for name in APPEND_ONLY:
+        file = path / name
+        if not file.is_file() or not (size := _torn_tail(file)):
+            continue
+        with open(file, "rb+") as f:
+            f.seek(-size, os.SEEK_END)
+            tail = f.read()
+            with open(path / (name + TORN_SUFFIX), "ab") as aside:
+                aside.write(tail + b"\n")
+                aside.flush()
+                os.fsync(aside.fileno())
+            f.truncate(f.seek(-size, os.SEEK_END))
+            f.flush()
+            os.fsync(f.fileno())
+        get_logger().warning(f"{file}: a torn last line ({size} bytes, an append that never "
+                             f"finished) was moved to {name + TORN_SUFFIX}; complete records kept")
+        repaired.append(file)
+    return repaired
+
+
+def complete_lines(file: Path) -> list[str]:
+    """The newline-terminated, non-blank lines of an append-only file (a torn tail is left out)."""
+    text = file.read_text()
+    return [line for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 def load_names(path: Path) -> dict[str, str]:
@@ -71,6 +130,15 @@ def latency_of(record: ms.database.TuningRecord) -> float | None:
     return sum(values) / len(values)
 
 
+def spread_of(record: ms.database.TuningRecord) -> float | None:
+    """How far a record's repeated runs disagree: (slowest - fastest) / mean, or None with
+    fewer than two runs or a failed one. On a shared machine this is the label's noise."""
+    secs = [float(s) for s in record.run_secs or []]
+    if len(secs) < 2 or latency_of(record) is None:
+        return None
+    return (max(secs) - min(secs)) / (sum(secs) / len(secs))
+
+
 def candidate_id(workload_key: str, trace: object) -> str:
     """A candidate's identity within a store: its workload and its printed trace.
 
@@ -81,10 +149,12 @@ def candidate_id(workload_key: str, trace: object) -> str:
 
 
 def append_meta(path: Path, workload_key: str, trace: object, source: str, status: str,
-                error: str | None = None) -> None:
+                error: str | None = None, spread: float | None = None) -> None:
     """Written after the record itself, so every line here describes a stored record."""
     line = {"workload": workload_key, "id": candidate_id(workload_key, trace),
             "source": source, "status": status}
+    if spread is not None:
+        line["spread"] = round(spread, 4)
     if error:
         line["error"] = reason(error)
     with open(path / META_FILE, "a") as f:
@@ -97,21 +167,21 @@ def load_meta(path: Path) -> dict[str, dict]:
     meta_file = path / META_FILE
     if not meta_file.is_file():
         return {}
-    return {m["id"]: m for m in map(json.loads, meta_file.read_text().splitlines()) if m}
+    return {m["id"]: m for m in map(json.loads, complete_lines(meta_file)) if m}
 
 
 def candidate_ids(path: Path, workload_key: str) -> set[str]:
     """Ids of the stored candidates of a workload (records without a side-file line included)."""
     ids = {m["id"] for m in load_meta(path).values() if m["workload"] == workload_key}
     if len(ids) < count_by_workload(path).get(workload_key, 0):
-        ids |= {candidate_id(r.workload_key, r.record.trace) for r in iter_records(path)
-                if r.workload_key == workload_key}
+        ids |= {candidate_id(r.workload_key, r.record.trace)
+                for r in iter_records(path, workload_key)}
     return ids
 
 
 def _workloads(path: Path) -> list[ms.database.Workload]:
     return [ms.database.Workload.from_json(json.loads(line))
-            for line in (path / WORKLOAD_FILE).read_text().splitlines() if line.strip()]
+            for line in complete_lines(path / WORKLOAD_FILE)]
 
 
 def _workload_keys(path: Path) -> list[str]:
@@ -133,8 +203,9 @@ def _workload_names(path: Path, workloads: list, keys: list[str]) -> list[str]:
     return names
 
 
-def iter_records(path: Path) -> Iterator[Record]:
-    """Records in the order they were measured (the file's line order)."""
+def iter_records(path: Path, only: str | None = None) -> Iterator[Record]:
+    """Records in the order they were measured (the file's line order); with `only`, a
+    workload key, only that workload's (other lines are skipped unparsed)."""
     wfile, rfile = path / WORKLOAD_FILE, path / RECORD_FILE
     if not wfile.is_file() or not rfile.is_file():
         raise CaloError(f"no tuning records in {path} (expected {WORKLOAD_FILE} and {RECORD_FILE})")
@@ -143,7 +214,9 @@ def iter_records(path: Path) -> Iterator[Record]:
     workloads = _workloads(path)
     keys = [workload_key(w.mod) for w in workloads]
     names, meta = _workload_names(path, workloads, keys), load_meta(path)
-    for index, line in enumerate(x for x in rfile.read_text().splitlines() if x.strip()):
+    for index, line in enumerate(complete_lines(rfile)):
+        if only is not None and keys[_workload_index(line)] != only:
+            continue
         widx, body = json.loads(line)
         record = ms.database.TuningRecord.from_json(body, workloads[widx])
         key, latency = keys[widx], latency_of(record)
@@ -157,11 +230,9 @@ def count_by_workload(path: Path) -> dict[str, int]:
     if not (path / RECORD_FILE).is_file() or not (path / WORKLOAD_FILE).is_file():
         return {}
     keys, counts = _workload_keys(path), {}
-    with open(path / RECORD_FILE) as f:
-        for line in f:
-            if line.strip():
-                key = keys[_workload_index(line)]
-                counts[key] = counts.get(key, 0) + 1
+    for line in complete_lines(path / RECORD_FILE):
+        key = keys[_workload_index(line)]
+        counts[key] = counts.get(key, 0) + 1
     return counts
 
 
@@ -188,12 +259,12 @@ def subset_store(source: Path, dest: Path, keep: Callable[[str], bool]) -> int:
     shutil.copy(source / WORKLOAD_FILE, dest / WORKLOAD_FILE)
     if (source / NAMES_FILE).is_file():
         shutil.copy(source / NAMES_FILE, dest / NAMES_FILE)
-    lines = [line for line in (source / RECORD_FILE).read_text().splitlines()
-             if line.strip() and keys[_workload_index(line)] in kept]
+    lines = [line for line in complete_lines(source / RECORD_FILE)
+             if keys[_workload_index(line)] in kept]
     (dest / RECORD_FILE).write_text("".join(line + "\n" for line in lines))
     if (source / META_FILE).is_file():
-        meta = [line for line in (source / META_FILE).read_text().splitlines()
-                if line.strip() and json.loads(line)["workload"] in kept]
+        meta = [line for line in complete_lines(source / META_FILE)
+                if json.loads(line)["workload"] in kept]
         (dest / META_FILE).write_text("".join(line + "\n" for line in meta))
     return len(lines)
 

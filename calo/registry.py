@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from calo import paths
 from calo.artifact import CONFIG, WEIGHTS, TrainedModel
 from calo.config import Settings
-from calo.errors import CaloError
+from calo.errors import CaloError, reason
 
 MODEL_DESCRIPTION = (
     "Evidential GraphSAGE cost models for TVM Meta-Schedule. One forward pass over a scheduled "
@@ -115,8 +115,12 @@ def load_registered(settings: Settings, alias: str) -> tuple[TrainedModel, str]:
         raise CaloError(f"no '{settings.mlflow.model_name}' model with alias '{alias}' "
                         "in the registry")
     with tempfile.TemporaryDirectory() as tmp:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=version.source,
-                                                         dst_path=tmp))
+        try:
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=version.source,
+                                                             dst_path=tmp))
+        except Exception as err:  # files deleted or the artifact store unreachable
+            raise CaloError(f"registry version {version.version} ('{alias}') has no readable "
+                            f"model files at {version.source}: {reason(err)}") from None
         return TrainedModel.load(local), version.version
 
 

@@ -11,7 +11,7 @@ import json
 import mlflow
 
 from calo import config as cfg
-from calo import paths, registry
+from calo import locks, paths, registry
 from calo.artifact import TrainedModel, load_with_graphs
 from calo.dataset import GraphSet
 from calo.errors import CaloError
@@ -38,6 +38,12 @@ def _reliability(device: str, trained: TrainedModel, graphs: GraphSet, tau: floa
 
 
 def calibrate(settings: cfg.Settings, device: str) -> dict:
+    """Holds the device's lock throughout (calo.locks): one writer of its model at a time."""
+    with locks.device_lock(device, "calo calibrate"):
+        return _calibrate(settings, device)
+
+
+def _calibrate(settings: cfg.Settings, device: str) -> dict:
     settings.target_device(device)
     trained, graphs = load_with_graphs(device, paths.model_dir(device), "finetune")
     val, test = graphs.split("val", settings.split), graphs.split("test", settings.split)

@@ -11,7 +11,7 @@ import dataclasses
 import mlflow
 
 from calo import config as cfg
-from calo import paths, registry
+from calo import locks, paths, registry
 from calo.artifact import TrainedModel
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
@@ -44,10 +44,17 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
 
 
 def finetune(settings: cfg.Settings, device: str) -> dict:
+    """Holds the device's lock throughout (calo.locks): one writer of its model at a time."""
+    with locks.device_lock(device, "calo finetune"):
+        return _finetune(settings, device)
+
+
+def _finetune(settings: cfg.Settings, device: str) -> dict:
     settings.target_device(device)
     trained = load_donor(settings)
     graphs = load_graphs(paths.graphs_path(device), trained.graph_kind)
     train, val = (graphs.split(s, settings.split) for s in ("train", "val"))
+    train, noisy = train.steady(settings.labels.max_spread)
     if len(train) < 2:
         raise CaloError(f"device '{device}' has too few warm-up graphs ({len(graphs)})")
     levels = settings.calibrate.levels
@@ -57,7 +64,7 @@ def finetune(settings: cfg.Settings, device: str) -> dict:
         result = adapt(trained, settings.finetune, settings.train, train, val,
                        log_epoch(f"finetune {device}", step.epochs))
         mlflow.log_params({**result["config"], "device": device, "donor": settings.donor,
-                           "warmup_graphs": len(train)})
+                           "warmup_graphs": len(train), "noisy_dropped": noisy})
         # The donor's temperature was fitted to the donor: calibrate fits this model's own.
         trained.temperature = 1.0
         after = evaluate(trained.net, val, levels)
@@ -69,7 +76,8 @@ def finetune(settings: cfg.Settings, device: str) -> dict:
                     "warmup_graphs": len(train),
                     **registry.data_version(device)}
     trained.save(paths.model_dir(device))
-    get_logger().info(f"finetune {device}: {len(train)} warm-up graphs, {result['epochs']} "
+    get_logger().info(f"finetune {device}: {len(train)} warm-up graphs ({noisy} noisy ones "
+                      f"dropped), {result['epochs']} "
                       f"epochs; val Kendall tau {before.get('kendall_tau', float('nan')):.3f} "
                       f"-> {after.get('kendall_tau', float('nan')):.3f}")
     return {"epochs": result["epochs"], **metrics}

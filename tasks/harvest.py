@@ -16,7 +16,7 @@ from __future__ import annotations
 from tvm.s_tir import meta_schedule as ms
 
 from calo import config as cfg
-from calo import paths, records
+from calo import locks, paths, records
 from calo.baselines import train_on, xgb_model
 from calo.config import Workload
 from calo.devices import make_target, preload_tensor_intrinsics
@@ -61,7 +61,14 @@ def _search(harvest: cfg.Harvest, source: str) -> tuple[object, object]:
 
 def harvest(settings: cfg.Settings, device_name: str, workload_names: list[str] | None = None,
             count: int | None = None) -> dict:
-    """Measure candidates on a device until each workload has `count` records; returns counts."""
+    """Measure candidates on a device until each workload has `count` records; returns counts.
+    Holds the device's lock throughout (calo.locks): one harvest per device at a time."""
+    with locks.device_lock(device_name, "calo harvest"):
+        return _harvest(settings, device_name, workload_names, count)
+
+
+def _harvest(settings: cfg.Settings, device_name: str, workload_names: list[str] | None = None,
+             count: int | None = None) -> dict:
     log = get_logger()
     device = settings.device(device_name)
     workloads = settings.workloads_named(workload_names or settings.harvest.workloads)
@@ -114,7 +121,7 @@ def _harvest_source(harvest: cfg.Harvest, wl: Workload, mod, source: str, need: 
                          rand_state=harvest.seed + stored, num_threads=harvest.build_workers)
     workload = db.commit_workload(mod)
     if model is not None:
-        train_on(model, ctx, [r for r in records.iter_records(store) if r.workload_key == key])
+        train_on(model, ctx, list(records.iter_records(store, key)))
     # Random sampling repeats itself on small design spaces: ask for more than needed and skip
     # what the store already holds, so no schedule is measured twice.
     ctx.pre_tuning(max_trials=need * OVERSAMPLE, num_trials_per_iter=harvest.batch_size,
@@ -130,10 +137,10 @@ def _harvest_source(harvest: cfg.Harvest, wl: Workload, mod, source: str, need: 
             # Stored the moment it exists: a kill loses only the measurement in flight.
             secs = res.run_secs if res.error_msg is None else [records.FAILED_SECS]
             trace = batch[i].sch.trace
-            db.commit_tuning_record(ms.database.TuningRecord(
-                trace, workload, secs, target, batch[i].args_info))
+            record = ms.database.TuningRecord(trace, workload, secs, target, batch[i].args_info)
+            db.commit_tuning_record(record)
             records.append_meta(store, key, trace, source, status_of(res.error_msg),
-                                res.error_msg)
+                                res.error_msg, records.spread_of(record))
             summary["failed"] += res.error_msg is not None
 
         results = measure(builder, runner, target, batch, commit)

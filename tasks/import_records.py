@@ -13,7 +13,7 @@ from pathlib import Path
 from tvm.s_tir import meta_schedule as ms
 
 from calo import config as cfg
-from calo import paths, records
+from calo import locks, paths, records
 from calo.devices import make_target
 from calo.errors import CaloError, reason
 from calo.log import Progress, get_logger
@@ -48,11 +48,17 @@ def import_records(settings: cfg.Settings, device_name: str, source: Path) -> di
     keys = {i: workload_key(w.mod) for i, w in workloads.items()}
 
     store = paths.records_dir(device_name)
+    with locks.device_lock(device_name, "calo import"):
+        return _import(device_name, store, records.open_store(store), workloads, keys, rfile,
+                       kind, bad, source)
+
+
+def _import(device_name: str, store: Path, db, workloads: dict, keys: dict, rfile: Path,
+            kind: str, bad: list[str], source: Path) -> dict:
     seen = set()
     if (store / records.RECORD_FILE).is_file():
         seen = {records.candidate_id(r.workload_key, r.record.trace)
                 for r in records.iter_records(store)}
-    db = records.open_store(store)
     committed: dict[str, ms.database.Workload] = {}
     lines = _lines(rfile)
     progress = Progress(f"import {device_name}", len(lines), "records")

@@ -8,7 +8,7 @@ import mlflow
 import torch
 
 from calo import config as cfg
-from calo import paths, registry
+from calo import locks, paths, registry
 from calo.artifact import TrainedModel
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
@@ -36,6 +36,10 @@ def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet]:
         train, val, test = graphs.held_out_workloads(settings.split)
     else:
         train, val, test = (graphs.split(s, settings.split) for s in ("train", "val", "test"))
+    train, noisy = train.steady(settings.labels.max_spread)
+    if noisy:
+        get_logger().info(f"pretrain: {noisy} training records dropped, their repeated runs "
+                          f"disagree by more than labels.max_spread {settings.labels.max_spread}")
     if len(train) < 2 or len(val) < 1:
         raise CaloError(f"donor '{settings.donor}' has too few graphs to train ({len(graphs)})")
     return train, val, test
@@ -59,6 +63,12 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
 
 
 def pretrain(settings: cfg.Settings) -> dict:
+    """Holds the donor's lock throughout (calo.locks): one writer of its model at a time."""
+    with locks.device_lock(settings.donor, "calo pretrain"):
+        return _pretrain(settings)
+
+
+def _pretrain(settings: cfg.Settings) -> dict:
     donor = settings.donor
     train, val, test = donor_splits(settings)
     with registry.start_run(settings, "pretrain", f"pretrain-{donor}"):

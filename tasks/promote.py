@@ -14,7 +14,7 @@ import json
 import mlflow
 
 from calo import config as cfg
-from calo import paths, registry
+from calo import locks, paths, registry
 from calo.artifact import TrainedModel, load_with_graphs
 from calo.dataset import GraphSet
 from calo.evaluation import evaluate
@@ -40,6 +40,12 @@ def decide(rule: cfg.Promotion, challenger: dict, champion: dict | None,
 
 
 def promote(settings: cfg.Settings, device: str) -> dict:
+    """Holds the device's lock throughout (calo.locks): one writer of its model at a time."""
+    with locks.device_lock(device, "calo promote"):
+        return _promote(settings, device)
+
+
+def _promote(settings: cfg.Settings, device: str) -> dict:
     settings.target_device(device)
     model_dir = paths.calibrated_dir(device)
     challenger, graphs = load_with_graphs(device, model_dir, "calibrate")
