@@ -9,8 +9,9 @@ x86-64 device that is also an unseen device. Every row sits beside TVM's XGBMode
 trained on the warm-up records alone and on the donor records plus the warm-up.
 
 `--split dev` is the selection split, where settings are chosen (the unseen-shape split only
-reports): the donor pool's small shapes, a third of each operator family held out (by a stable
-hash of the name), warm-up 0 and 8, our model alone.
+reports): the donor pool without the unseen-shape split's operators, a third of the operators
+of each family held out (by a stable hash of the name) at every shape they have with at least
+DEV_MIN_RECORDS records, the rest the donor; warm-up 0, 8 and 32, our model alone.
 
 Warm-up sizes: records per held-out workload (the first measured, random samples), 0 being
 zero-shot; at --compare sizes the warm-up is also chosen by the donor's uncertainty
@@ -55,12 +56,13 @@ HELD_OUT_POOLS = {"cpu-host": DATA / "heldout-cpu-host.tar.gz",
                   "cpu-generic-1core": DATA / "heldout-cpu-generic-1core.tar.gz"}
 SUMMARY = ("kendall_tau", "top1", "top5")
 DEV_SHARE = 3       # dev split: every third operator of a family, in hash order, is held out
-DEV_WARMUPS = (0, 8)
+DEV_WARMUPS = (0, 8, 32)
+DEV_MIN_RECORDS = 64  # a held-out workload keeps >= 32 candidates after the largest warm-up
 
 
-def dev_held_out(names: list[str]) -> set[str]:
+def dev_held_out(operators: list[str]) -> set[str]:
     by_family: dict[str, list[str]] = {}
-    for name in names:
+    for name in operators:
         by_family.setdefault(suite.family(name), []).append(name)
     held = set()
     for group in by_family.values():
@@ -81,9 +83,9 @@ def with_overrides(settings: Settings, donor: str, overrides: list[str]) -> Sett
 
 def train_donor(settings: Settings, out: Path) -> dict:
     """Train and calibrate a donor model on settings.donor's extracted store; save it to out."""
-    train, val, test = donor_splits(settings)
+    train, val, test, calibration = donor_splits(settings)
     start = time.perf_counter()
-    trained, metrics = train_on_donor(settings, train, val, test)
+    trained, metrics = train_on_donor(settings, train, val, test, calibration)
     trained.save(out)
     return {"train_graphs": len(train), "val_graphs": len(val),
             "train_s": time.perf_counter() - start, **metrics}
@@ -120,8 +122,15 @@ def main() -> None:
     parser.add_argument("--devices", nargs="+", default=list(HELD_OUT_POOLS))
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a params.yaml value, e.g. train.rank_weight=0")
+    parser.add_argument("--donor-pool", type=Path, default=POOLS["cpu-host"],
+                        help="the donor pool: a packed pool (.tar.gz) or a store directory")
+    parser.add_argument("--donor-model", type=Path, default=None,
+                        help="reuse the donor model saved here (trained and saved there if "
+                             "absent): for comparing fine-tune settings on one donor")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "offline_eval.json")
     args = parser.parse_args()
+    donor_model = args.donor_model.resolve() if args.donor_model else None
+    args.donor_pool = args.donor_pool.resolve()
     args.out = args.out.resolve()
     log = get_logger()
     base = load_settings(Path("params.yaml").resolve())
@@ -129,13 +138,24 @@ def main() -> None:
     os.chdir(work)  # data/ and mlflow.db of this evaluation stay out of the project's
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     pools = work / "pools"
-    host = unpack(POOLS["cpu-host"], pools)
+    if args.donor_pool.is_dir():  # a live store: its complete records, copied as they are
+        host = pools / args.donor_pool.name
+        records.subset_store(args.donor_pool, host, lambda n: True)
+    else:
+        host = unpack(args.donor_pool, pools)
     if args.split == "dev":
-        small = set(suite.names("small"))
-        held = dev_held_out(sorted(set(records.load_names(host).values()) & small))
-        kept = records.subset_store(host, work / "data/records/donor",
-                                    lambda n: n in small and n not in held)
-        records.subset_store(host, pools / "dev-held-out", lambda n: n in held)
+        counts = records.count_by_workload(host)
+        names = {k: n for k, n in records.load_names(host).items()
+                 if suite.operator(n) not in UNSEEN_OPERATORS}
+        held = dev_held_out(sorted({suite.operator(n) for n in names.values()}))
+        scored = {n for k, n in names.items()
+                  if suite.operator(n) in held and counts.get(k, 0) >= DEV_MIN_RECORDS}
+        kept = records.subset_store(
+            host, work / "data/records/donor",
+            lambda n: n in names.values() and suite.operator(n) not in held)
+        records.subset_store(host, pools / "dev-held-out", lambda n: n in scored)
+        log.info(f"dev split: {len(held)} operators held out, {len(scored)} of their "
+                 f"workloads scored")
         args.devices, args.warmups, args.compare = ["dev"], list(DEV_WARMUPS), []
         HELD_OUT_POOLS["dev"] = pools / "dev-held-out"
     else:
@@ -147,12 +167,18 @@ def main() -> None:
                     "unseen_operators": list(UNSEEN_OPERATORS),
                     "donor_records": kept, "splits": {}, "headline": {}, "beats_tvm": {}}
     settings = with_overrides(base, "donor", args.set)
-    start = time.perf_counter()
-    extract(settings, "donor")
-    report["extract_s"] = time.perf_counter() - start
-    report["donor"] = train_donor(settings, work / "models" / "donor")
-    log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
-             f"{report['donor']['train_s']:.0f} s")
+    model_dir = donor_model or work / "models" / "donor"
+    if (model_dir / "model.json").is_file():
+        report["donor"] = json.loads((model_dir / "donor.json").read_text())
+        log.info(f"offline eval: the donor model in {model_dir}")
+    else:
+        start = time.perf_counter()
+        extract(settings, "donor")
+        report["extract_s"] = time.perf_counter() - start
+        report["donor"] = train_donor(settings, model_dir)
+        (model_dir / "donor.json").write_text(json.dumps(report["donor"], default=float))
+        log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
+                 f"{report['donor']['train_s']:.0f} s")
     runs = [(n, "first") for n in args.warmups] + [(n, "uncertainty") for n in args.compare]
     for device in args.devices:
         pool = HELD_OUT_POOLS[device]
@@ -162,7 +188,7 @@ def main() -> None:
             start = time.perf_counter()
             # TVM's models are compared on the first-measured warm-up; the uncertainty-chosen
             # one is about our model's warm-up, and selection runs choose our settings only.
-            result = evaluate_records(settings, str(work / "models" / "donor"), str(store),
+            result = evaluate_records(settings, str(model_dir), str(store),
                                       warmup_records=count, choose=choose,
                                       baselines=choose == "first" and args.split != "dev")
             result["wall_s"] = time.perf_counter() - start

@@ -73,6 +73,7 @@ class Split:
     val: float
     test: float
     donor_val: Literal["record", "workload"] = "record"
+    donor_calibration: Literal["record", "workload"] = "record"
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class FinetuneStep:
 class Finetune:
     batch_size: int
     rule: tuple[FinetuneStep, ...]
+    anchor: float = 0.0
 
     def step_for(self, per_workload: float) -> FinetuneStep:
         """The rule's row for a warm-up of `per_workload` records per workload."""

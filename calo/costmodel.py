@@ -22,7 +22,7 @@ from calo import config as cfg
 from calo.artifact import TrainedModel
 from calo.dataset import collate, to_data
 from calo.graphs import of_candidate
-from calo.models.training import train_step
+from calo.models.training import Anchor, train_step
 from calo.records import latency_of
 from calo.schedule_graph import ScheduleGraph
 
@@ -44,6 +44,7 @@ class CaloCostModel(PyCostModel):
         self.round = 0
         self.measured: list = []
         self.generator = torch.Generator().manual_seed(seed)
+        self.anchor = Anchor(self.model, finetune.anchor)  # the weights tuning started from
 
     @classmethod
     def from_settings(cls, trained: TrainedModel, settings: cfg.Settings,
@@ -108,6 +109,7 @@ class CaloCostModel(PyCostModel):
                 train_step(self.model, self.optimizer, batch, lam=self.train.lam,
                            rank_weight=self.train.rank_weight,
                            rank_weighting=self.train.rank_weighting)
+                self.anchor.pull(self.model, step.lr)
                 steps += 1
                 if steps >= self.update_steps:
                     break

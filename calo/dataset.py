@@ -59,11 +59,16 @@ class GraphSet:
         return self.select([split_of(w, r, fractions) == name
                             for w, r in zip(self.workload, self.record)])
 
+    def workload_share(self, share: float) -> set[str]:
+        """A share of the workload names (at least one, none of a single workload), chosen by a
+        stable hash of the name."""
+        names = sorted(set(self.workload), key=_unit)
+        return set(names[:max(1, round(share * len(names)))] if len(names) > 1 else ())
+
     def held_out_workloads(self, fractions: Split) -> tuple[GraphSet, GraphSet, GraphSet]:
         """(train, val, test) where validation is whole workloads, a share `val` of them (at
         least one, chosen by a stable hash of the name); the rest split by record."""
-        names = sorted(set(self.workload), key=_unit)
-        held = set(names[:max(1, round(fractions.val * len(names)))] if len(names) > 1 else ())
+        held = self.workload_share(fractions.val)
         rest = self.select([w not in held for w in self.workload])
         no_val = Split(val=0.0, test=fractions.test)
         return (rest.split("train", no_val), self.select([w in held for w in self.workload]),

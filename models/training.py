@@ -87,6 +87,23 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
     return loss.item()
 
 
+class Anchor:
+    """Decoupled decay toward the weights a fine-tune started from (L2-SP) rather than toward
+    zero: what the donor learned stays unless the warm-up records argue against it."""
+
+    def __init__(self, model: EvidentialSAGE, strength: float) -> None:
+        self.strength = strength
+        self.start = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    @torch.no_grad()
+    def pull(self, model: EvidentialSAGE, lr: float) -> None:
+        if self.strength <= 0:
+            return
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                p.sub_(lr * self.strength * (p - self.start[name]))
+
+
 @torch.no_grad()
 def mean_nll(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 4096) -> float:
     """Mean NLL of the standardized targets."""
@@ -116,13 +133,15 @@ def fit(
     batches: Batches = "shuffled",
     workloads: Sequence[str] | None = None,
     seed: int = 0,
+    anchor: float = 0.0,
     on_epoch: EpochCallback | None = None,
 ) -> dict:
     """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
 
     patience=None trains all max_epochs (the fine-tune); otherwise stops after `patience` epochs
     without improvement. `workloads` names each training graph's workload: ranking within
-    workloads and workload batches need them.
+    workloads and workload batches need them. `anchor` > 0 pulls the weights toward where they
+    started (Anchor), for fine-tunes.
     """
     torch.manual_seed(seed)
     train = list(train)
@@ -150,6 +169,7 @@ def fit(
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
                                   weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    pull = Anchor(model, anchor)
     best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
     history = []
     for epoch in range(max_epochs):
@@ -157,6 +177,7 @@ def fit(
         for batch in loader:
             loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
                               rank_pairs=rank_pairs, rank_weighting=rank_weighting)
+            pull.pull(model, scheduler.get_last_lr()[0])
             scheduler.step()
             running += loss * batch.num_graphs
             seen += batch.num_graphs

@@ -30,8 +30,16 @@ def log_epoch(stage: str, max_epochs: int):
     return on_epoch
 
 
-def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet]:
+def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet, GraphSet]:
+    """(train, val, test, calibration) of the donor's graphs. The calibration set fits the
+    temperature: the validation records, or (split.donor_calibration: workload) whole
+    workloads kept out of training, so the variance is scaled for workloads never seen."""
     graphs = load_graphs(paths.graphs_path(settings.donor), settings.graph.kind)
+    calibration = None
+    if settings.split.donor_calibration == "workload":
+        held = graphs.workload_share(settings.split.val)
+        calibration = graphs.select([w in held for w in graphs.workload])
+        graphs = graphs.select([w not in held for w in graphs.workload])
     if settings.split.donor_val == "workload":
         train, val, test = graphs.held_out_workloads(settings.split)
     else:
@@ -42,13 +50,15 @@ def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet]:
                           f"disagree by more than labels.max_spread {settings.labels.max_spread}")
     if len(train) < 2 or len(val) < 1:
         raise CaloError(f"donor '{settings.donor}' has too few graphs to train ({len(graphs)})")
-    return train, val, test
+    return train, val, test, calibration if calibration else val
 
 
 def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test: GraphSet,
-                   on_epoch=None) -> tuple[TrainedModel, dict]:
-    """A fresh model fitted on the donor's training split, its temperature fitted on the
-    validation split; metrics on validation and test."""
+                   calibration: GraphSet | None = None, on_epoch=None
+                   ) -> tuple[TrainedModel, dict]:
+    """A fresh model fitted on the donor's training split (early stopping on validation), its
+    temperature fitted on the calibration set (default: validation); metrics on each."""
+    calibration = calibration if calibration is not None else val
     torch.manual_seed(settings.train.seed)
     trained = TrainedModel.new(settings)
     trained.net.set_normalization(torch.cat([g.x for g in train.graphs]),
@@ -56,8 +66,10 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
                  on_epoch=on_epoch, **dataclasses.asdict(settings.train))
     levels = settings.calibrate.levels
-    trained.temperature = checked_temperature(trained.net, val, 1.0, levels)
-    metrics = {f"{name}_{k}": v for name, part in (("val", val), ("test", test))
+    trained.temperature = checked_temperature(trained.net, calibration, 1.0, levels)
+    parts = [("val", val), ("test", test)] + ([("calibration", calibration)]
+                                              if calibration is not val else [])
+    metrics = {f"{name}_{k}": v for name, part in parts
                for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
     return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature}
 
@@ -70,12 +82,12 @@ def pretrain(settings: cfg.Settings) -> dict:
 
 def _pretrain(settings: cfg.Settings) -> dict:
     donor = settings.donor
-    train, val, test = donor_splits(settings)
+    train, val, test, calibration = donor_splits(settings)
     with registry.start_run(settings, "pretrain", f"pretrain-{donor}"):
         mlflow.log_params({**dataclasses.asdict(settings.train),
                            **dataclasses.asdict(settings.model), "donor": donor,
                            "train_graphs": len(train), "val_graphs": len(val)})
-        trained, metrics = train_on_donor(settings, train, val, test,
+        trained, metrics = train_on_donor(settings, train, val, test, calibration,
                                           log_epoch("pretrain", settings.train.max_epochs))
         mlflow.log_metrics(metrics)
         trained.info = {"device": donor, "role": "donor", "train_graphs": len(train),

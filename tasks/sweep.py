@@ -28,7 +28,7 @@ def sweep(settings: cfg.Settings) -> dict:
     missing = [a for a in AXES if not getattr(grid, a)]
     if missing:
         raise CaloError(f"sweep: give at least one value for {', '.join(missing)}")
-    train, val, test = donor_splits(settings)
+    train, val, test, calibration = donor_splits(settings)
     points = [dict(zip(AXES, values))
               for values in itertools.product(*(getattr(grid, a) for a in AXES))]
     progress = Progress("sweep", len(points), "settings", every=0)
@@ -40,7 +40,7 @@ def sweep(settings: cfg.Settings) -> dict:
                                   nested=True):
                 mlflow.log_params({**dataclasses.asdict(variant.train),
                                    "donor": settings.donor})
-                _, metrics = train_on_donor(variant, train, val, test)
+                _, metrics = train_on_donor(variant, train, val, test, calibration)
                 mlflow.log_metrics(metrics)
             results.append({**setting, **metrics})
             progress.advance(note=f"val NLL {metrics['val_nll']:.3f}")

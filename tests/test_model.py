@@ -1,3 +1,5 @@
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -83,6 +85,21 @@ def test_training_on_measured_graphs_fits_them_and_keeps_the_best_epoch(params, 
     best = min(h["val_nll"] for h in result["history"])
     assert result["best_val_nll"] == best
     assert np.isclose(mean_nll(model, val), best, atol=1e-5)  # best weights are restored
+
+
+def test_an_anchored_fine_tune_stays_nearer_the_weights_it_started_from(params, extracted):
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
+    torch.manual_seed(0)
+    start = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=32, layers=2)
+    start.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    distance = {}
+    for anchor in (0.0, 200.0):
+        model = copy.deepcopy(start)
+        fit(model, graphs[:12], [], lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=4,
+            max_epochs=10, warmup_epochs=0, anchor=anchor)
+        distance[anchor] = sum(float((p - q).pow(2).sum()) for p, q in
+                               zip(model.parameters(), start.parameters())) ** 0.5
+    assert 0 < distance[200.0] < 0.5 * distance[0.0]
 
 
 def test_pairwise_rank_loss_rewards_the_measured_order():
