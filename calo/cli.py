@@ -428,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.params)
         locks.set_waiting(not args.no_wait)
+        _require_services(settings, args)  # first: a stage's imports alone take seconds
         work = args.handler(settings, args)
-        _require_services(settings, args)
         result = work()
     except CaloError as err:
         print(f"calo: error: {err}", file=sys.stderr)
