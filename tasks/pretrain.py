@@ -16,6 +16,10 @@ from calo.evaluation import checked_temperature, evaluate
 from calo.log import Progress, get_logger
 from calo.models.training import fit
 
+# split.donor_calibration: workload keeps whole workloads out of training only when the donor
+# has this many: with a handful, each one held out is a large share of what it could learn.
+MIN_CALIBRATION_WORKLOADS = 10
+
 
 def log_epoch(stage: str, max_epochs: int):
     """Per-epoch MLflow metrics and a progress line (epochs done, rate, ETA at the epoch cap;
@@ -36,7 +40,11 @@ def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet, 
     workloads kept out of training, so the variance is scaled for workloads never seen."""
     graphs = load_graphs(paths.graphs_path(settings.donor), settings.graph.kind)
     calibration = None
-    if settings.split.donor_calibration == "workload":
+    workloads = len(set(graphs.workload))
+    if settings.split.donor_calibration == "workload" and workloads < MIN_CALIBRATION_WORKLOADS:
+        get_logger().info(f"pretrain: {workloads} donor workloads, too few to keep some out "
+                          "for the temperature: it is fitted on validation records")
+    elif settings.split.donor_calibration == "workload":
         held = graphs.workload_share(settings.split.val)
         calibration = graphs.select([w in held for w in graphs.workload])
         graphs = graphs.select([w not in held for w in graphs.workload])

@@ -139,3 +139,24 @@ def test_a_promotion_decided_against_a_moved_alias_is_refused(params, promoted):
     with pytest.raises(CaloError, match="moved"):
         registry.move_alias(params, TARGET, current, expected=str(int(current) - 1))
     assert registry.aliased_version(params, TARGET).version == current
+
+
+def test_donor_calibration_by_workload_keeps_whole_workloads_out_of_training(
+        params, extracted, monkeypatch, tmp_path):
+    from calo.dataset import GraphSet, save_graphs
+    from calo.tasks import pretrain
+
+    measured = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
+    # The same measured graphs under twelve workload names: enough workloads to hold some out.
+    many = GraphSet(measured.graphs, [f"w{i % 12}" for i in range(len(measured))],
+                    measured.record, measured.kind)
+    save_graphs(tmp_path / "donor.pt", many)
+    monkeypatch.setattr(paths, "graphs_path", lambda device: tmp_path / "donor.pt")
+    by_workload = params.override({"split.donor_calibration": "workload"})
+    train, val, test, calibration = pretrain.donor_splits(by_workload)
+    held = set(calibration.workload)
+    assert 1 <= len(held) < 12 and len(calibration) == sum(w in held for w in many.workload)
+    assert not held & (set(train.workload) | set(val.workload) | set(test.workload))
+    by_record = params.override({"split.donor_calibration": "record"})
+    train_r, val_r, _, calibration_r = pretrain.donor_splits(by_record)
+    assert calibration_r is val_r and len(train_r) > len(train)
