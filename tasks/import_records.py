@@ -37,6 +37,12 @@ def _read_workloads(path: Path, bad: list[str]) -> dict[int, ms.database.Workloa
 
 
 def import_records(settings: cfg.Settings, device_name: str, source: Path) -> dict:
+    """Holds the device's lock throughout (calo.locks): one writer of its records at a time."""
+    with locks.device_lock(device_name, "calo import"):
+        return _import_records(settings, device_name, source)
+
+
+def _import_records(settings: cfg.Settings, device_name: str, source: Path) -> dict:
     device = settings.device(device_name)
     wfile, rfile = source / records.WORKLOAD_FILE, source / records.RECORD_FILE
     if not wfile.is_file() or not rfile.is_file():
@@ -48,13 +54,7 @@ def import_records(settings: cfg.Settings, device_name: str, source: Path) -> di
     keys = {i: workload_key(w.mod) for i, w in workloads.items()}
 
     store = paths.records_dir(device_name)
-    with locks.device_lock(device_name, "calo import"):
-        return _import(device_name, store, records.open_store(store), workloads, keys, rfile,
-                       kind, bad, source)
-
-
-def _import(device_name: str, store: Path, db, workloads: dict, keys: dict, rfile: Path,
-            kind: str, bad: list[str], source: Path) -> dict:
+    db = records.open_store(store)  # first: it sets a torn last line aside
     seen = set()
     if (store / records.RECORD_FILE).is_file():
         seen = {records.candidate_id(r.workload_key, r.record.trace)
