@@ -108,7 +108,9 @@ class CaloCostModel(PyCostModel):
             for batch in loader:
                 train_step(self.model, self.optimizer, batch, lam=self.train.lam,
                            rank_weight=self.train.rank_weight,
-                           rank_weighting=self.train.rank_weighting)
+                           rank_weighting=self.train.rank_weighting,
+                           rank_loss=self.train.rank_loss,
+                           rank_sharpness=self.train.rank_sharpness)
                 self.anchor.pull(self.model, step.lr)
                 steps += 1
                 if steps >= self.update_steps:

@@ -214,11 +214,39 @@ def pairwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None = None,
     return (loss * weight).sum() / weight.sum().clamp_min(_EPS)
 
 
+def group_log_softmax(x: Tensor, group: Tensor) -> Tensor:
+    """log softmax of x within each group (group: dense indices 0..G-1)."""
+    size = int(group.max()) + 1
+    top = x.new_full((size,), -math.inf).scatter_reduce(0, group, x.detach(), "amax")
+    shifted = x - top[group]
+    total = x.new_zeros(size).index_add_(0, group, shifted.exp())
+    return shifted - total.log()[group]
+
+
+def listwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None, sharpness: float) -> Tensor:
+    """ListNet within each group: cross-entropy from softmax(-sharpness * y) to
+    softmax(-sharpness * pred), averaged over groups.
+
+    The target puts weight exp(-sharpness) on a candidate one unit slower than another, so with a
+    high sharpness nearly all of it sits on the fastest few: errors at the fast end cost, the
+    order of the slow bulk hardly. Its minimum is at pred = y + a per-group constant, so it
+    agrees with the regression instead of pulling against it.
+    """
+    group = torch.zeros_like(y, dtype=torch.long) if group is None else torch.unique(
+        group, return_inverse=True)[1]
+    target = group_log_softmax(-sharpness * y, group).exp()
+    cross = -(target * group_log_softmax(-sharpness * pred, group))
+    return cross.sum() / (int(group.max()) + 1)
+
+
 def cost_loss(y: Tensor, d: NIG, lam: float, deterministic: bool = False,
               rank_weight: float = 0.0, group: Tensor | None = None,
-              throughput: Tensor | None = None) -> Tensor:
-    """The training loss of a head variant, plus an optional pairwise ranking term."""
+              throughput: Tensor | None = None, sharpness: float | None = None) -> Tensor:
+    """The training loss of a head variant, plus an optional ranking term: pairwise, or
+    listwise when a `sharpness` is given."""
     loss = F.mse_loss(d.gamma, y) if deterministic else evidential_loss(y, d, lam)
-    if rank_weight:
+    if rank_weight and sharpness is not None:
+        loss = loss + rank_weight * listwise_rank_loss(y, d.gamma, group, sharpness)
+    elif rank_weight:
         loss = loss + rank_weight * pairwise_rank_loss(y, d.gamma, group, throughput)
     return loss

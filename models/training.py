@@ -24,6 +24,7 @@ def _forward(model: EvidentialSAGE, batch) -> NIG:
 
 RankPairs = Literal["all", "workload"]
 RankWeighting = Literal["uniform", "throughput"]
+RankLoss = Literal["pairwise", "listwise"]
 Batches = Literal["shuffled", "workload"]
 
 
@@ -66,11 +67,13 @@ class WorkloadBatches(Sampler):
 
 def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *, lam: float,
                rank_weight: float, rank_pairs: RankPairs = "all",
-               rank_weighting: RankWeighting = "uniform") -> float:
+               rank_weighting: RankWeighting = "uniform", rank_loss: RankLoss = "pairwise",
+               rank_sharpness: float = 1.0) -> float:
     """One optimizer step on one batch, as pre-training, fine-tuning and online updates take it.
 
     A batch without workload tags (an online update: one workload's measurements) is one group,
-    its throughput relative to its own best.
+    its throughput relative to its own best. `rank_sharpness` (listwise) is per unit of natural
+    log latency; the loss sees standardized latencies, hence the factor y_std.
     """
     model.train()
     group = batch.group if rank_pairs == "workload" and "group" in batch else None
@@ -78,8 +81,9 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
     if rank_weighting == "throughput":
         throughput = (batch.throughput if "throughput" in batch
                       else torch.exp(batch.y.min() - batch.y))
+    sharpness = rank_sharpness * model.y_std.item() if rank_loss == "listwise" else None
     loss = cost_loss(model.standardize(batch.y), _forward(model, batch), lam,
-                     model.deterministic, rank_weight, group, throughput)
+                     model.deterministic, rank_weight, group, throughput, sharpness)
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -130,6 +134,8 @@ def fit(
     rank_weight: float = 0.0,
     rank_pairs: RankPairs = "all",
     rank_weighting: RankWeighting = "uniform",
+    rank_loss: RankLoss = "pairwise",
+    rank_sharpness: float = 1.0,
     batches: Batches = "shuffled",
     workloads: Sequence[str] | None = None,
     seed: int = 0,
@@ -176,7 +182,8 @@ def fit(
         running, seen = 0.0, 0
         for batch in loader:
             loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
-                              rank_pairs=rank_pairs, rank_weighting=rank_weighting)
+                              rank_pairs=rank_pairs, rank_weighting=rank_weighting,
+                              rank_loss=rank_loss, rank_sharpness=rank_sharpness)
             pull.pull(model, scheduler.get_last_lr()[0])
             scheduler.step()
             running += loss * batch.num_graphs

@@ -132,6 +132,27 @@ def test_throughput_weighting_makes_the_fast_end_cost_the_most():
     assert weighted[0] > 2 * weighted[1]
 
 
+def test_listwise_loss_is_per_group_cross_entropy_and_focuses_on_the_fast_end():
+    from calo.models.evidential import listwise_rank_loss
+
+    y = torch.log(torch.tensor([1.0, 2.0, 100.0, 200.0, 3.0, 4.0]))
+    group = torch.tensor([7, 7, 7, 7, 9, 9])
+    pred = torch.tensor([0.3, 0.1, 4.0, 5.0, 1.0, 2.0])
+    expected = sum(
+        -(torch.softmax(-2.0 * y[idx], 0) * torch.log_softmax(-2.0 * pred[idx], 0)).sum()
+        for idx in (slice(0, 4), slice(4, 6))) / 2
+    assert torch.isclose(listwise_rank_loss(y, pred, group, 2.0), expected)
+    # Its minimum: the measured latencies up to a shift per group.
+    shifted = y + torch.tensor([1.0] * 4 + [-3.0] * 2)
+    assert listwise_rank_loss(y, shifted, group, 2.0) < listwise_rank_loss(y, pred, group, 2.0)
+    # Sharp: a swap of the two fastest costs far more than a swap of the two slowest.
+    one = torch.zeros(4, dtype=torch.long)
+    fast_swapped, slow_swapped = y[:4][[1, 0, 2, 3]], y[:4][[0, 1, 3, 2]]
+    base = listwise_rank_loss(y[:4], y[:4], one, 4.0)
+    assert (listwise_rank_loss(y[:4], fast_swapped, one, 4.0) - base
+            > 100 * (listwise_rank_loss(y[:4], slow_swapped, one, 4.0) - base))
+
+
 def test_workload_batches_hold_one_workload_and_cover_every_graph_once():
     groups = [0] * 7 + [1] * 3 + [2] * 12
     sampler = WorkloadBatches(groups, 4, torch.Generator().manual_seed(0))
