@@ -31,6 +31,8 @@ STAGES = """commands (dvc.yaml is the pipeline: `dvc dag` shows its order):
   finetune   adapt the donor model to a device on its warm-up probes
   calibrate  fit the variance temperature on validation probes; ECE/NLL before and after
   tune       tune_tir with CALO-GNN (UEC-UCB) and with TVM's XGBoost model, same budget and seed
+  tune-network  a whole PyTorch network through Relax: its tasks tuned with the device's
+             registered model and with XGBoost, compiled three ways, outputs checked, timed
   promote    register a device's calibrated model; its alias moves only if it beats the current one
   evaluate   Kendall tau, top-1/top-5, regret, ECE, NLL, RMSE of a model on any TVM database,
              beside TVM's XGBoost trained on the warm-up records (and on donor + warm-up)
@@ -216,6 +218,20 @@ def _cmd_tune(settings: Settings, args) -> Callable[[], dict]:
     return lambda: tune_device(settings, args.device, names)
 
 
+def _cmd_tune_network(settings: Settings, args) -> Callable[[], dict]:
+    settings.device(args.device)
+    from calo.networks import BUILT_IN
+
+    for name in args.network or []:
+        if name not in BUILT_IN and ":" not in name:
+            raise CaloError(f"unknown network '{name}': one of {', '.join(BUILT_IN)}, or "
+                            "package.module:function returning (module, example inputs)")
+    _preload_for_tuning()
+    from calo.tasks.tune_network import tune_networks
+
+    return lambda: tune_networks(settings, args.device, args.network, args.trials, args.batch)
+
+
 def _cmd_evaluate(settings: Settings, args) -> Callable[[], dict]:
     source = _database(args.records, "--records: ")
     if not 0 <= args.warmup_fraction < 1:
@@ -348,6 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("tune", _cmd_tune, "tune workloads with CALO-GNN and with XGBoost, same budget")
     p.add_argument("--workload", action="append",
                    help="workload to tune (repeatable; default: tune.workloads)")
+    p = add("tune-network", _cmd_tune_network, "tune a whole PyTorch network through Relax "
+            "with the device's registered model and with XGBoost, same budget; compile it "
+            "untuned and with each database, check outputs, measure end-to-end latency")
+    p.add_argument("--network", action="append", help="built-in network (small-cnn, encoder, "
+                   "recommender) or package.module:function returning (module, example "
+                   "inputs); repeatable (default: networks.tune)")
+    p.add_argument("--trials", type=int, help="measured candidates per network and model "
+                   "(default: networks.trials)")
+    p.add_argument("--batch", type=int, help="batch size of the inputs (default: "
+                   "networks.batch)")
     p = add("evaluate", _cmd_evaluate, "score a model on any TVM JSON database, side by side "
             "with TVM's XGBoost model", device=False)
     p.add_argument("--model", required=True,
@@ -402,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What dvc.yaml runs, and commands whose output is a table: their result is logged, not dumped.
 # Commands that talk to the MLflow tracking server / a Prefect server (when one is configured).
-_NEEDS_MLFLOW = {"pretrain", "sweep", "finetune", "calibrate", "promote", "tune", "run", "device"}
+_NEEDS_MLFLOW = {"pretrain", "sweep", "finetune", "calibrate", "promote", "tune", "tune-network",
+                 "run", "device"}
 _NEEDS_PREFECT = {"run", "device"}
 
 
@@ -419,7 +446,7 @@ def _require_services(settings: Settings, args) -> None:
 
 
 _NO_RESULT_JSON = {"harvest", "extract", "pretrain", "finetune", "calibrate", "tune", "promote",
-                   "run", "summary", "workloads", "records"}
+                   "tune-network", "run", "summary", "workloads", "records"}
 
 
 def main(argv: list[str] | None = None) -> int:

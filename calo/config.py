@@ -112,6 +112,8 @@ class Train:
     rank_weighting: Literal["uniform", "throughput"]
     batches: Literal["shuffled", "workload"]
     seed: int
+    rank_loss: Literal["pairwise", "listwise"] = "pairwise"
+    rank_sharpness: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,18 @@ class Tune:
 
 
 @dataclass(frozen=True)
+class Networks:
+    tune: tuple[str, ...]
+    batch: int
+    trials: int
+    trials_per_iter: int
+    repeat: int
+    min_repeat_ms: int
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
 class Mlflow:
     tracking_uri: str
     model_name: str
@@ -193,6 +207,7 @@ class Settings:
     promotion: Promotion
     calibrate: Calibrate
     tune: Tune
+    networks: Networks
     mlflow: Mlflow
 
     def device(self, name: str) -> Device:

@@ -36,6 +36,11 @@ def tune_dir(device: str) -> Path:
     return DATA / "tune" / device
 
 
+def network_dir(device: str, network: str) -> Path:
+    """A network's tuning on a device: each model's database and compiled libraries."""
+    return DATA / "networks" / device / network.replace(":", "-").replace("/", "-")
+
+
 def metrics_path(stage: str, device: str) -> Path:
     """A stage's headline figures: DVC metrics, a few short keys (`dvc metrics show`)."""
     return METRICS / stage / f"{device}.json"

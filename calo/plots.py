@@ -39,3 +39,21 @@ def best_so_far(path: Path, curves: dict[str, list[float]], title: str,
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def latency_over_time(path: Path, curves: dict[str, list[tuple[float, float]]], title: str,
+                      ylabel: str = "tuned tasks' latency (us)") -> Path:
+    """Best-so-far latency against tuning wall time, one line per tuning run."""
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for label, points in curves.items():
+        if points:
+            seconds, values = zip(*points)
+            ax.step(seconds, values, where="post", label=label, linewidth=1.2)
+    ax.set(xlabel="tuning time (s)", ylabel=ylabel, title=title, yscale="log")
+    if ax.lines:
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

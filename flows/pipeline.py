@@ -19,6 +19,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
 
+from calo import paths
 from calo.config import DEFAULT_PARAMS as PARAMS
 from calo.config import PARAMS_ENV, load_settings
 from calo.errors import CaloError
@@ -71,6 +72,10 @@ def promote_task(project: Path, device: str) -> dict:
     return promote(load_settings(project / PARAMS), device)
 
 
+def _stages(root: Path, targets: list[str]) -> dict[str, str]:
+    return {stage: run_stage(stage, root) for stage in planned_stages(root, targets)}
+
+
 def _run(project: str, devices: list[str] | None, tune: bool) -> dict:
     root = Path(project).resolve()
     if not (root / "dvc.yaml").is_file():
@@ -80,8 +85,7 @@ def _run(project: str, devices: list[str] | None, tune: bool) -> dict:
     for device in devices:
         settings.target_device(device)
     last = "tune" if tune else "calibrate"
-    stages = planned_stages(root, [f"{last}@{d}" for d in devices])
-    done = {stage: run_stage(stage, root) for stage in stages}
+    done = _stages(root, [f"{last}@{d}" for d in devices])
     cwd = Path.cwd()
     os.chdir(root)  # promote and the summary read the project's paths, as the stages do
     try:
@@ -106,3 +110,16 @@ def device_flow(device: str, project: str = ".", tune: bool = True) -> dict:
     """One target device end to end: the stages its model and tuning need (the donor's too,
     where they are stale), then its promotion. tune=False refreshes the model only."""
     return _run(project, [device], tune)
+
+
+@flow(name="network-tuning", flow_run_name="network-tuning-{device}")
+def network_flow(device: str, project: str = ".") -> dict:
+    """The networks of params.yaml's networks.tune, tuned on one target device with its
+    registered model and with XGBoost (the tune-network stage, and what it needs)."""
+    root = Path(project).resolve()
+    load_settings(root / PARAMS).target_device(device)
+    done = _stages(root, [f"tune-network@{device}"])
+    report = (root / paths.metrics_path("tune-network", device)).read_text()
+    create_markdown_artifact(key="network-tuning", markdown=f"```\n{report}\n```",
+                             description="end-to-end latency: untuned, XGBoost, CALO")
+    return {"stages": done, "networks": report}

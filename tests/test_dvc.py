@@ -16,7 +16,7 @@ from tests.conftest import copy_project
 
 REPO = Path(__file__).resolve().parent.parent
 DVC = [sys.executable, "-m", "dvc"]
-STAGES = ("harvest", "extract", "pretrain", "finetune", "calibrate", "tune")
+STAGES = ("harvest", "extract", "pretrain", "finetune", "calibrate", "tune", "tune-network")
 
 
 def run(cwd: Path, *cmd: str) -> str:
@@ -32,7 +32,8 @@ def test_dvc_stages_follow_the_devices_in_params():
     for device in params["devices"]:
         assert {f"harvest@{device}", f"extract@{device}"} <= stages
     for device in params["targets"]:
-        assert {f"finetune@{device}", f"calibrate@{device}", f"tune@{device}"} <= stages
+        assert {f"finetune@{device}", f"calibrate@{device}", f"tune@{device}",
+                f"tune-network@{device}"} <= stages
     assert "pretrain" in stages
 
 
@@ -41,14 +42,16 @@ def test_every_stage_depends_on_exactly_the_code_it_imports(stage):
     spec = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]
     deps = (spec.get("do") or spec)["deps"]
     code = {d for d in deps if d.endswith(".py")}
-    assert code == stage_code(stage), "dvc.yaml's code deps differ from the stage's imports"
+    assert code == stage_code(stage.replace("-", "_")), \
+        "dvc.yaml's code deps differ from the stage's imports"
 
 
 def test_stage_outputs_are_where_the_code_writes_them():
     text = (REPO / "dvc.yaml").read_text()
     for path in (paths.records_dir("X"), paths.graphs_path("X"), paths.model_dir("X"),
-                 paths.calibrated_dir("X"), paths.tune_dir("X"),
-                 paths.metrics_path("calibration", "X"), paths.metrics_path("tune", "X")):
+                 paths.calibrated_dir("X"), paths.tune_dir("X"), paths.network_dir("X", "n").parent,
+                 paths.metrics_path("calibration", "X"), paths.metrics_path("tune", "X"),
+                 paths.metrics_path("tune-network", "X")):
         assert path.as_posix().replace("X", "${key}") in text or \
             path.as_posix().replace("X", "${item}") in text or \
             path.as_posix().replace("X", "${donor}") in text, path
@@ -110,21 +113,23 @@ def test_editing_code_makes_exactly_its_importers_stale(tmp_path):
     params = yaml.safe_load((project / "params.yaml").read_text())
     targets = params["targets"]
     every = {f"{s}@{d}" for s in ("harvest", "extract") for d in params["devices"]}
-    every |= {"pretrain"} | {f"{s}@{d}" for s in ("finetune", "calibrate", "tune")
-                             for d in targets}
+    every |= {"pretrain"} | {f"{s}@{d}" for s in ("finetune", "calibrate", "tune",
+                                                   "tune-network") for d in targets}
+
+    def code(name: str) -> set[str]:
+        return stage_code(name.partition("@")[0].replace("-", "_"))
+
     for edited in ("models/training.py", "calo/graphs.py", "tasks/finetune.py"):
         original = (project / edited).read_text()
         (project / edited).write_text(original + "\n# edited\n")
-        importers = {name for name in every
-                     if edited in stage_code(name.partition("@")[0])}
+        importers = {name for name in every if edited in code(name)}
         assert _stale(project) == importers, edited
         (project / edited).write_text(original)
         assert _stale(project) == set()
     # the acceptance case spelled out: the training loop re-runs training and what uses it
-    assert {n.partition("@")[0] for n in every if "models/training.py" in
-            stage_code(n.partition("@")[0])} == {"pretrain", "finetune", "calibrate", "tune"}
-    assert "extract" in {n.partition("@")[0] for n in every
-                         if "calo/graphs.py" in stage_code(n.partition("@")[0])}
+    assert {n.partition("@")[0] for n in every if "models/training.py" in code(n)} == {
+        "pretrain", "finetune", "calibrate", "tune", "tune-network"}
+    assert "extract" in {n.partition("@")[0] for n in every if "calo/graphs.py" in code(n)}
 
 
 def test_record_stores_push_to_and_pull_from_a_dvc_remote(params, harvested, tmp_path):

@@ -1,0 +1,116 @@
+"""Whole networks tuned on the 1-core generic x86-64 device: CALO vs TVM's XGBoost, same budget.
+
+The device's model is made by the pipeline's own stages from the committed pools: the donor
+pre-trained on `suite-cpu-host`, fine-tuned and calibrated on `suite-cpu-generic-1core` (the
+device's measured records), registered and promoted. Then `calo tune-network`'s stage tunes
+each network with it and with XGBoost under the same trial budget and task scheduler, compiles
+it untuned / with each database, checks outputs against PyTorch and times it end to end.
+
+The work directory keeps the model and every finished network, so an interrupted run resumes
+where it stopped (`--fresh` starts over). Run from the repository root:
+
+    python benchmarks/tune_network.py [--trials 256] [--networks small-cnn encoder recommender]
+
+Prints the table and writes benchmarks/results/tune_network.json (and the curves' PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from calo.devices import preload_tensor_intrinsics
+
+preload_tensor_intrinsics()  # before torch_geometric is imported
+
+from harvest_pools import pool_settings, unpack  # noqa: E402
+
+from calo import paths, records, registry  # noqa: E402
+from calo.config import load_settings  # noqa: E402
+from calo.log import get_logger  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+DATA = ROOT / "data"
+DEVICE = "cpu-generic-1core"
+DONOR_POOL, DEVICE_POOL = DATA / "suite-cpu-host.tar.gz", DATA / "suite-cpu-generic-1core.tar.gz"
+# Batch per network: the recommender at batch 1 is a few thousand FLOPs, all runtime overhead.
+NETWORKS = {"small-cnn": 1, "encoder": 1, "recommender": 64}
+
+
+def device_model(settings, work: Path) -> str:
+    """The pipeline's stages from the committed pools up to the device's promoted model."""
+    from calo.tasks.calibrate import calibrate
+    from calo.tasks.extract import extract
+    from calo.tasks.finetune import finetune
+    from calo.tasks.pretrain import pretrain
+    from calo.tasks.promote import promote
+
+    if registry.aliased_version(settings, DEVICE) is not None:
+        return "reused"
+    log = get_logger()
+    start = time.perf_counter()
+    for pool, device in ((DONOR_POOL, settings.donor), (DEVICE_POOL, DEVICE)):
+        store = unpack(pool, work / "pools")
+        records.subset_store(store, paths.records_dir(device), lambda name: True)
+        extract(settings, device)
+    pretrain(settings)
+    finetune(settings, DEVICE)
+    calibrate(settings, DEVICE)
+    promote(settings, DEVICE)
+    log.info(f"tune-network benchmark: device model ready in {time.perf_counter() - start:.0f} s")
+    return "trained"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=256,
+                        help="measured candidates per network and model")
+    parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/calo-tune-network-bench"))
+    parser.add_argument("--fresh", action="store_true", help="start over (drop the work dir)")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "tune_network.json")
+    args = parser.parse_args()
+    out, work = args.out.resolve(), args.work.resolve()
+    base = load_settings(Path("params.yaml").resolve())
+    if args.fresh:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    os.chdir(work)  # data/, metrics/ and mlflow.db of the benchmark stay out of the project's
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
+    settings = pool_settings(base, "donor", "cpu-host").override(
+        {"donor": "suite-cpu-host", "targets": [DEVICE]})
+
+    from calo.tasks.tune_network import tune_network, write_report
+
+    model = device_model(settings, work)
+    done_file = work / "networks.json"
+    reports = json.loads(done_file.read_text()) if done_file.is_file() else {}
+    for name in args.networks:
+        if name in reports and reports[name]["trials_budget"] == args.trials:
+            continue  # finished before an interruption
+        reports[name] = tune_network(settings, DEVICE, name, args.trials, NETWORKS[name])
+        done_file.write_text(json.dumps(reports, indent=1))
+    write_report(settings, DEVICE, reports)
+    png = paths.report_path("tune-network", DEVICE).with_name(f"{DEVICE}-curves.png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(png, out.with_suffix(".png"))
+    result = {"device": DEVICE, "trials": args.trials, "model": model, "networks": reports}
+    out.write_text(json.dumps(result, indent=1))
+
+    print(f"\n{'network':<13}{'batch':>6}{'untuned us':>12}{'xgb us':>10}{'calo us':>10}"
+          f"{'xgb tune s':>12}{'calo tune s':>12}{'calo time to xgb final':>24}")
+    for name, r in reports.items():
+        e2e, wall = r["end_to_end_us"], r["tuning_wall_s"]
+        ratio = r["calo_time_ratio_vs_xgb"]
+        print(f"{name:<13}{r['batch']:>6}{e2e['untuned']:>12.1f}{e2e['xgb']:>10.1f}"
+              f"{e2e['calo']:>10.1f}{wall['xgb']:>12.0f}{wall['calo']:>12.0f}"
+              f"{'not reached' if ratio is None else f'{ratio:.2f}x':>24}")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

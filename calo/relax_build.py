@@ -1,0 +1,188 @@
+"""A PyTorch network through Relax: import, tuning tasks, compilation with a tuning database,
+and the compiled network's outputs and end-to-end latency.
+
+Extraction and compilation prepare the module the same way (parameters bound, operators
+legalized and fused, as `ms.relax_integration.compile_relax` does), so the database's records
+match the functions the compiler looks up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import tvm
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
+
+from calo.errors import CaloError, reason
+from calo.networks import Network
+
+TVM_NOISE = ("Fast mode segfaults when there are out-of-bounds indices",)
+
+
+class RelaxProgram(NamedTuple):
+    mod: tvm.IRModule         # weights as constants, ready for compile_relax
+    inputs: list              # the example inputs as TVM tensors
+    expected: list[np.ndarray]  # PyTorch's outputs on them
+
+
+class Task(NamedTuple):
+    name: str
+    weight: float             # how many times the network calls it
+    flops: float
+    context: ms.TuneContext | None  # None: not tuned (no arithmetic, or it failed to schedule)
+    why_skipped: str | None
+
+
+def import_network(net: Network) -> RelaxProgram:
+    """torch.export, then TVM's ExportedProgram importer."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    with torch.no_grad():
+        expected = net.module(*net.inputs)
+        try:
+            exported = torch.export.export(net.module, net.inputs)
+        except Exception as err:  # torch raises many kinds; the user needs the first line
+            raise CaloError(f"the network does not export with torch.export: {reason(err)}"
+                            ) from None
+    try:  # weights as constants: compiled in, as a deployed network has them
+        mod = from_exported_program(exported, keep_params_as_input=False)
+    except Exception as err:
+        raise CaloError(f"TVM cannot import the exported network: {reason(err)}") from None
+    mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+                                    relax.transform.CanonicalizeBindings()])(mod)
+    outputs = expected if isinstance(expected, (tuple, list)) else (expected,)
+    return RelaxProgram(mod, [tvm.runtime.tensor(t.numpy()) for t in net.inputs],
+                        [t.numpy() for t in outputs])
+
+
+def _fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """The preparation compile_relax applies before it looks functions up in the database."""
+    with target:
+        return tvm.transform.Sequential([
+            *relax.pipeline.library_dispatch_passes(target), relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
+            relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
+
+
+def extract_tasks(program: RelaxProgram, target: tvm.target.Target, work_dir: Path,
+                  seed: int, num_threads: int) -> list[Task]:
+    """The network's tuning tasks. Those without arithmetic (reshapes, transposes, gathers)
+    have next to nothing to tune and each would still take a round of measurements: they keep
+    their default schedules. A task whose design space cannot be generated is skipped too."""
+    with _native_stderr_without(TVM_NOISE):
+        extracted = ms.relax_integration.extract_tasks(_fused(program.mod, target), target)
+    tasks = []
+    for task in extracted:
+        flops = float(estimate_tir_flops(task.dispatched[0]))
+        if flops <= 0:
+            tasks.append(Task(task.task_name, float(task.weight), flops, None, "no arithmetic"))
+            continue
+        try:
+            contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
+                [task], str(work_dir), seed=seed, num_threads=num_threads)
+        except Exception as err:
+            tasks.append(Task(task.task_name, float(task.weight), flops, None, reason(err)))
+            continue
+        tasks.append(Task(task.task_name, float(task.weight), flops, contexts[0], None))
+    return tasks
+
+
+@contextlib.contextmanager
+def _native_stderr_without(noise: tuple[str, ...]):
+    """TVM's C++ warnings go straight to file descriptor 2; keep the lines that are not noise.
+
+    Legalizing an embedding lookup (`take`, mode fast) warns once per lookup and compilation
+    that out-of-bounds indices would crash: PyTorch's own bounds are what the network was
+    exported with, so the line says nothing to act on.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured:
+                if not any(n in line for n in noise):
+                    sys.stderr.write(line)
+
+
+def compile_network(program: RelaxProgram, target: tvm.target.Target,
+                    database: ms.database.Database | None, library: Path) -> Path:
+    """The network compiled with a tuning database (None: every function's default schedule),
+    exported as a shared library a TVM user loads with tvm.runtime.load_module."""
+    database = database or ms.database.MemoryDatabase()
+    with _native_stderr_without(TVM_NOISE):
+        executable = ms.relax_integration.compile_relax(database, program.mod, target, None)
+    library.parent.mkdir(parents=True, exist_ok=True)
+    executable.export_library(str(library))
+    return library
+
+
+def run_network(library: Path, program: RelaxProgram, *, threads: int | None, rtol: float,
+                atol: float, repeat: int, min_repeat_ms: int) -> dict:
+    """Run a compiled network in a fresh process with the device's thread count (as the
+    runner measures candidates), check its outputs against PyTorch's, and time it.
+
+    Returns the median and minimum of `repeat` timings (each of as many runs as fill
+    min_repeat_ms) and the largest absolute difference from PyTorch; raises CaloError when an
+    output is not allclose or the library does not run.
+    """
+    work = library.parent
+    np.savez(work / "inputs.npz", *[t.numpy() for t in program.inputs])
+    np.savez(work / "expected.npz", *program.expected)
+    env = {**os.environ, **({"TVM_NUM_THREADS": str(threads)} if threads else {})}
+    args = [sys.executable, "-m", "calo.relax_build", str(library), str(work), str(rtol),
+            str(atol), str(repeat), str(min_repeat_ms)]
+    done = subprocess.run(args, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
+        raise CaloError(f"{library.name}: {lines[-1]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _time_library(library: str, work: str, rtol: float, atol: float, repeat: int,
+                  min_repeat_ms: int) -> dict:
+    vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
+    with np.load(Path(work) / "inputs.npz") as f:
+        inputs = [tvm.runtime.tensor(f[k]) for k in f.files]
+    with np.load(Path(work) / "expected.npz") as f:
+        expected = [f[k] for k in f.files]
+    out = vm["main"](*inputs)
+    outputs = ([out.numpy()] if isinstance(out, tvm.runtime.Tensor)
+               else [out[i].numpy() for i in range(len(out))])
+    if len(outputs) != len(expected):
+        raise SystemExit(f"the compiled network gives {len(outputs)} outputs, PyTorch "
+                         f"{len(expected)}")
+    worst = 0.0
+    for got, want in zip(outputs, expected):
+        if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol):
+            diff = np.abs(got - want).max() if got.shape == want.shape else float("nan")
+            raise SystemExit(f"the compiled network's output differs from PyTorch's "
+                             f"(largest difference {diff:.3g})")
+        worst = max(worst, float(np.abs(got - want).max()))
+    timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat,
+                              min_repeat_ms=min_repeat_ms)
+    results = np.array(timer(*inputs).results)
+    return {"median_s": float(np.median(results)), "min_s": float(results.min()),
+            "repeats": len(results), "max_abs_diff": worst}
+
+
+if __name__ == "__main__":
+    lib, work_dir, rtol_, atol_, repeat_, min_ms = sys.argv[1:7]
+    print(json.dumps(_time_library(lib, work_dir, float(rtol_), float(atol_), int(repeat_),
+                                   int(min_ms))))

@@ -1,0 +1,63 @@
+import json
+
+import numpy as np
+import pytest
+
+from calo import paths
+from calo.cli import main
+from calo.networks import BUILT_IN, load_network
+from calo.records import iter_records
+from calo.relax_build import import_network
+from calo.tasks.tune_network import time_to_reach, weighted_curve
+from tests.conftest import TARGET
+
+TINY = "tests.tiny_net:tiny"
+
+
+def test_tune_network_through_the_cli_tunes_compiles_and_checks_all_three(promoted, capsys):
+    assert main(["tune-network", "--device", TARGET, "--network", TINY, "--trials", "8",
+                 "--batch", "2"]) == 0
+    report = json.loads(paths.report_path("tune-network", TARGET).read_text())[TINY]
+    tuned = [t for t in report["tasks"] if t["tuned"]]
+    assert len(tuned) == 2  # the two dense layers
+    out = paths.network_dir(TARGET, TINY)
+    for model in ("calo", "xgb"):
+        assert report["trials"][model] == 8
+        assert [t[f"{model}_trials"] for t in tuned] == [4, 4]  # a round of 4 each
+        assert report["curves"][model]  # once both tasks are measured: the tasks' latency
+        assert len(list(iter_records(out / model))) >= 1  # a TVM database a user can apply
+    for variant in ("untuned", "calo", "xgb"):
+        assert (out / variant / "network.so").is_file()
+        assert report["end_to_end_us"][variant] > 0
+        assert report["max_abs_diff"][variant] <= 1e-4  # allclose to PyTorch, checked per run
+    metrics = json.loads(paths.metrics_path("tune-network", TARGET).read_text())
+    assert set(metrics[TINY]) == {"untuned_us", "calo_us", "xgb_us", "calo_time_ratio_vs_xgb"}
+    assert paths.report_path("tune-network", TARGET).with_name(f"{TARGET}-curves.png").is_file()
+
+
+@pytest.mark.parametrize("network, message", [
+    ("resnet-9000", "unknown network 'resnet-9000'"),
+    ("tests.tiny_net:does_not_export", "does not export with torch.export"),
+    ("tests.no_such_module:net", "cannot import it"),
+])
+def test_bad_networks_get_one_line(promoted, capsys, network, message):
+    assert main(["tune-network", "--device", TARGET, "--network", network, "--trials", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("calo: error:") and message in err[-1]
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_built_in_networks_import_into_relax(name):
+    program = import_network(load_network(name, batch=2))
+    assert "main" in [gv.name_hint for gv in program.mod.get_global_vars()]
+    assert program.inputs[0].shape[0] == 2
+    assert all(np.isfinite(e).all() for e in program.expected)
+
+
+def test_weighted_curve_starts_once_every_task_is_measured():
+    events = [(1.0, 0, [3.0, None]), (2.0, 0, [2.0]), (3.0, 1, [None]), (4.0, 1, [5.0]),
+              (5.0, 1, [1.0])]
+    curve = weighted_curve(events, [2.0, 1.0])
+    assert curve == [(4.0, 2 * 2.0 + 5.0), (5.0, 2 * 2.0 + 1.0)]
+    assert time_to_reach(curve, 9.0) == 4.0
+    assert time_to_reach(curve, 4.0) is None
