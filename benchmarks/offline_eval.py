@@ -156,11 +156,14 @@ def main() -> None:
         records.subset_store(host, pools / "dev-held-out", lambda n: n in scored)
         log.info(f"dev split: {len(held)} operators held out, {len(scored)} of their "
                  f"workloads scored")
-        args.devices, args.warmups, args.compare = ["dev"], list(DEV_WARMUPS), []
-        HELD_OUT_POOLS["dev"] = pools / "dev-held-out"
+        held_out = {"dev": pools / "dev-held-out"}
+        runs = [(n, "first") for n in DEV_WARMUPS]
     else:
         kept = records.subset_store(host, work / "data/records/donor",
                                     lambda n: suite.operator(n) not in UNSEEN_OPERATORS)
+        held_out = {d: HELD_OUT_POOLS[d] for d in args.devices}
+        runs = ([(n, "first") for n in args.warmups]
+                + [(n, "uncertainty") for n in args.compare])
     log.info(f"offline eval ({args.split}): donor pool {kept} records")
 
     report: dict = {"split": args.split, "settings": args.set,
@@ -179,9 +182,7 @@ def main() -> None:
         (model_dir / "donor.json").write_text(json.dumps(report["donor"], default=float))
         log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
                  f"{report['donor']['train_s']:.0f} s")
-    runs = [(n, "first") for n in args.warmups] + [(n, "uncertainty") for n in args.compare]
-    for device in args.devices:
-        pool = HELD_OUT_POOLS[device]
+    for device, pool in held_out.items():
         store = pool if pool.is_dir() else unpack(pool, pools)
         for count, choose in runs:
             name = f"{device}@{count}" + ("-uncertainty" if choose == "uncertainty" else "")

@@ -30,10 +30,11 @@ def load_donor(settings: cfg.Settings) -> TrainedModel:
 
 
 def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graphs: GraphSet,
-          val: GraphSet, on_epoch=None) -> dict:
+          val: GraphSet, on_epoch=None, step: cfg.FinetuneStep | None = None) -> dict:
     """Stage 2 of the transfer: train the donor model on warm-up graphs, with the rule's row
-    for their number per workload (which layers, epochs, learning rate)."""
-    step = finetune.step_for(graphs.per_workload())
+    for their number per workload (which layers, epochs, learning rate) unless `step` is
+    given (the caller looked it up already)."""
+    step = step or finetune.step_for(graphs.per_workload())
     trained.net.set_trainable(step.layers)
     schedule = {**dataclasses.asdict(train), "lr": step.lr, "batch_size": finetune.batch_size,
                 "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None,
@@ -63,7 +64,7 @@ def _finetune(settings: cfg.Settings, device: str) -> dict:
         before = evaluate(trained.net, val, levels, trained.temperature)
         step = settings.finetune.step_for(train.per_workload())
         result = adapt(trained, settings.finetune, settings.train, train, val,
-                       log_epoch(f"finetune {device}", step.epochs))
+                       log_epoch(f"finetune {device}", step.epochs), step)
         mlflow.log_params({**result["config"], "device": device, "donor": settings.donor,
                            "warmup_graphs": len(train), "noisy_dropped": noisy})
         # The donor's temperature was fitted to the donor: calibrate fits this model's own.
