@@ -53,11 +53,15 @@ def device_model(settings, work: Path) -> str:
         return "reused"
     log = get_logger()
     start = time.perf_counter()
-    for pool, device in ((DONOR_POOL, settings.donor), (DEVICE_POOL, DEVICE)):
+
+    def add_pool(pool: Path, device: str) -> None:
         store = unpack(pool, work / "pools")
         records.subset_store(store, paths.records_dir(device), lambda name: True)
         extract(settings, device)
+
+    add_pool(DONOR_POOL, settings.donor)
     pretrain(settings)
+    add_pool(DEVICE_POOL, DEVICE)
     finetune(settings, DEVICE)
     calibrate(settings, DEVICE)
     promote(settings, DEVICE)

@@ -91,6 +91,7 @@ def extract_tasks(program: RelaxProgram, target: tvm.target.Target, work_dir: Pa
         try:
             contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
                 [task], str(work_dir), seed=seed, num_threads=num_threads)
+            contexts[0].generate_design_space()  # fails here, not half-way through tuning
         except Exception as err:
             tasks.append(Task(task.task_name, float(task.weight), flops, None, reason(err)))
             continue
