@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -123,6 +125,8 @@ def load_network(spec: str, batch: int, seed: int = 0) -> Network:
 
 def _user_network(spec: str, batch: int) -> Network:
     module_name, _, func_name = spec.partition(":")
+    if os.getcwd() not in sys.path:  # as `python -m` would: the user's own package, from here
+        sys.path.insert(0, os.getcwd())
     try:
         func = getattr(importlib.import_module(module_name), func_name)
     except (ImportError, AttributeError) as err:

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,17 +49,19 @@ def import_network(net: Network) -> RelaxProgram:
     """torch.export, then TVM's ExportedProgram importer."""
     from tvm.relax.frontend.torch import from_exported_program
 
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch's deprecation notices from inside export and import: nothing a user can change
+        warnings.simplefilter("ignore", FutureWarning)
         expected = net.module(*net.inputs)
         try:
             exported = torch.export.export(net.module, net.inputs)
         except Exception as err:  # torch raises many kinds; the user needs the first line
             raise CaloError(f"the network does not export with torch.export: {reason(err)}"
                             ) from None
-    try:  # weights as constants: compiled in, as a deployed network has them
-        mod = from_exported_program(exported, keep_params_as_input=False)
-    except Exception as err:
-        raise CaloError(f"TVM cannot import the exported network: {reason(err)}") from None
+        try:  # weights as constants: compiled in, as a deployed network has them
+            mod = from_exported_program(exported, keep_params_as_input=False)
+        except Exception as err:
+            raise CaloError(f"TVM cannot import the exported network: {reason(err)}") from None
     mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
                                     relax.transform.CanonicalizeBindings()])(mod)
     outputs = expected if isinstance(expected, (tuple, list)) else (expected,)
@@ -82,20 +85,21 @@ def extract_tasks(program: RelaxProgram, target: tvm.target.Target, work_dir: Pa
     their default schedules. A task whose design space cannot be generated is skipped too."""
     with _native_stderr_without(TVM_NOISE):
         extracted = ms.relax_integration.extract_tasks(_fused(program.mod, target), target)
+    flops = [float(estimate_tir_flops(task.dispatched[0])) for task in extracted]
+    arithmetic = [task for task, f in zip(extracted, flops) if f > 0]
+    # One call for all of them: each call reconfigures Meta-Schedule's loggers.
+    contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        arithmetic, str(work_dir), seed=seed, num_threads=num_threads)
+    context_of = dict(zip([t.task_name for t in arithmetic], contexts))
     tasks = []
-    for task in extracted:
-        flops = float(estimate_tir_flops(task.dispatched[0]))
-        if flops <= 0:
-            tasks.append(Task(task.task_name, float(task.weight), flops, None, "no arithmetic"))
-            continue
-        try:
-            contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                [task], str(work_dir), seed=seed, num_threads=num_threads)
-            contexts[0].generate_design_space()  # fails here, not half-way through tuning
-        except Exception as err:
-            tasks.append(Task(task.task_name, float(task.weight), flops, None, reason(err)))
-            continue
-        tasks.append(Task(task.task_name, float(task.weight), flops, contexts[0], None))
+    for task, f in zip(extracted, flops):
+        context, why = context_of.get(task.task_name), None if f > 0 else "no arithmetic"
+        if context is not None:
+            try:
+                context.generate_design_space()  # fails here, not half-way through tuning
+            except Exception as err:
+                context, why = None, reason(err)
+        tasks.append(Task(task.task_name, float(task.weight), f, context, why))
     return tasks
 
 
