@@ -43,12 +43,18 @@ def best_so_far(path: Path, curves: dict[str, list[float]], title: str,
 
 def latency_over_time(path: Path, curves: dict[str, list[tuple[float, float]]], title: str,
                       ylabel: str = "tuned tasks' latency (us)") -> Path:
-    """Best-so-far latency against tuning wall time, one line per tuning run."""
+    """Best-so-far latency against tuning wall time, one line per tuning run. Labels are
+    "<subject> <model>": one colour per subject, one line style per model."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    subjects = list(dict.fromkeys(label.rsplit(" ", 1)[0] for label in curves))
+    models = list(dict.fromkeys(label.rsplit(" ", 1)[-1] for label in curves))
     for label, points in curves.items():
         if points:
             seconds, values = zip(*points)
-            ax.step(seconds, values, where="post", label=label, linewidth=1.2)
+            subject, model = label.rsplit(" ", 1) if " " in label else (label, label)
+            ax.step(seconds, values, where="post", label=label, linewidth=1.2,
+                    color=f"C{subjects.index(subject) % 10}",
+                    linestyle=("-", "--", ":", "-.")[models.index(model) % 4])
     ax.set(xlabel="tuning time (s)", ylabel=ylabel, title=title, yscale="log")
     if ax.lines:
         ax.legend(fontsize=7, ncol=2)
