@@ -220,12 +220,10 @@ def _cmd_tune(settings: Settings, args) -> Callable[[], dict]:
 
 def _cmd_tune_network(settings: Settings, args) -> Callable[[], dict]:
     settings.device(args.device)
-    from calo.networks import BUILT_IN
+    from calo.networks import check_spec
 
     for name in args.network or []:
-        if name not in BUILT_IN and ":" not in name:
-            raise CaloError(f"unknown network '{name}': one of {', '.join(BUILT_IN)}, or "
-                            "package.module:function returning (module, example inputs)")
+        check_spec(name)  # before TVM's imports, which take seconds
     _preload_for_tuning()
     from calo.tasks.tune_network import tune_networks
 

@@ -107,19 +107,21 @@ BUILT_IN: dict[str, Callable[[int], Network]] = {
     "small-cnn": small_cnn, "encoder": encoder, "recommender": recommender}
 
 
+def check_spec(spec: str) -> None:
+    """A built-in name or module:function; anything else is a CaloError naming the choices."""
+    if spec not in BUILT_IN and ":" not in spec:
+        raise CaloError(f"unknown network '{spec}': one of {', '.join(BUILT_IN)}, or "
+                        "package.module:function returning (module, example inputs)")
+
+
 def load_network(spec: str, batch: int, seed: int = 0) -> Network:
     """A built-in network by name, or `package.module:function` returning (module, inputs);
     a user's function is called with the batch size if it takes an argument."""
     if batch < 1:
         raise CaloError(f"--batch must be >= 1, got {batch}")
     torch.manual_seed(seed)  # the random weights
-    if spec in BUILT_IN:
-        net = BUILT_IN[spec](batch)
-    elif ":" in spec:
-        net = _user_network(spec, batch)
-    else:
-        raise CaloError(f"unknown network '{spec}': one of {', '.join(BUILT_IN)}, or "
-                        "package.module:function returning (module, example inputs)")
+    check_spec(spec)
+    net = BUILT_IN[spec](batch) if spec in BUILT_IN else _user_network(spec, batch)
     return Network(net.module.eval(), net.inputs)
 
 

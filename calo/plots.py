@@ -10,6 +10,14 @@ matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def reliability_diagram(path: Path, levels, curves: dict[str, list[float]], title: str) -> Path:
     """Observed coverage of central predictive intervals against their confidence level."""
     fig, ax = plt.subplots(figsize=(4.5, 4.5), dpi=120)
@@ -19,11 +27,7 @@ def reliability_diagram(path: Path, levels, curves: dict[str, list[float]], titl
     ax.set(xlabel="confidence level of the central interval", ylabel="observed coverage",
            xlim=(0, 1), ylim=(0, 1), title=title)
     ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def best_so_far(path: Path, curves: dict[str, list[float]], title: str,
@@ -34,11 +38,7 @@ def best_so_far(path: Path, curves: dict[str, list[float]], title: str,
         ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1.2)
     ax.set(xlabel="measured trials", ylabel=ylabel, title=title, yscale="log")
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def latency_over_time(path: Path, curves: dict[str, list[tuple[float, float]]], title: str,
@@ -58,8 +58,4 @@ def latency_over_time(path: Path, curves: dict[str, list[tuple[float, float]]], 
     ax.set(xlabel="tuning time (s)", ylabel=ylabel, title=title, yscale="log")
     if ax.lines:
         ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
