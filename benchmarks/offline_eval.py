@@ -21,12 +21,19 @@ validation workloads, as pretrain does. Run from the repository root:
     python benchmarks/offline_eval.py [--warmups 0 8 32 96] [--compare 8 32] [--set K=V]
     python benchmarks/offline_eval.py --split dev --set train.rank_weight=2 --out results/x.json
 
-Prints each table and writes benchmarks/results/offline_eval.json (or --out).
+Prints each table and writes benchmarks/results/offline_eval.json (or --out) after each split.
+A run of the same evaluation (split, settings, donor model) finds the splits already in --out
+and goes on after them; runs for different --devices given one --donor-model (trained by the
+first, reused by the others) and one --out merge into it, so the devices can run side by side:
+
+    python benchmarks/offline_eval.py --donor-model /tmp/donor --devices cpu-host
+    python benchmarks/offline_eval.py --donor-model /tmp/donor --devices cpu-generic-1core
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -112,6 +119,43 @@ def verdict(result: dict) -> dict:
     return out
 
 
+def same_run(a: dict, b: dict) -> bool:
+    """Two reports of one evaluation: split, settings, donor pool and the donor model itself
+    (its validation NLL; its training time differs from run to run)."""
+    return (all(a.get(k) == b.get(k) for k in ("split", "settings", "donor_records"))
+            and a.get("donor", {}).get("val_nll") == b.get("donor", {}).get("val_nll"))
+
+
+def load_finished(out: Path, report: dict) -> dict:
+    """The splits a previous run of the same evaluation (split, settings, donor pool) already
+    wrote to `out`: an interrupted run resumes after them."""
+    if not out.is_file():
+        return {}
+    try:
+        previous = json.loads(out.read_text())
+    except json.JSONDecodeError:
+        return {}
+    return previous.get("splits", {}) if same_run(previous, report) else {}
+
+
+def save(out: Path, report: dict) -> dict:
+    """Write the report merged with the splits another run of the same evaluation wrote there
+    meanwhile (two runs with different --devices share one file), under a file lock."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if out.is_file():
+            try:
+                previous = json.loads(out.read_text())
+            except json.JSONDecodeError:
+                previous = {}
+            if same_run(previous, report):
+                for key in ("splits", "headline", "beats_tvm"):
+                    report[key] = {**previous.get(key, {}), **report[key]}
+        out.write_text(json.dumps(report, indent=1, default=float))
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["unseen-shape", "dev"], default="unseen-shape")
@@ -182,10 +226,14 @@ def main() -> None:
         (model_dir / "donor.json").write_text(json.dumps(report["donor"], default=float))
         log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
                  f"{report['donor']['train_s']:.0f} s")
+    finished = load_finished(args.out, report)
     for device, pool in held_out.items():
         store = pool if pool.is_dir() else unpack(pool, pools)
         for count, choose in runs:
             name = f"{device}@{count}" + ("-uncertainty" if choose == "uncertainty" else "")
+            if name in finished:
+                log.info(f"offline eval: {name} is in {args.out} already")
+                continue
             start = time.perf_counter()
             # TVM's models are compared on the first-measured warm-up; the uncertainty-chosen
             # one is about our model's warm-up, and selection runs choose our settings only.
@@ -199,8 +247,7 @@ def main() -> None:
             if len(result["overall"]) > 1:
                 report["beats_tvm"][name] = verdict(result)
             print(f"\n== {name}\n{format_table(result)}", flush=True)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=1, default=float))
+            report = save(args.out, report)
 
     print(f"\nwrote {args.out}")
     for name, table in report["headline"].items():

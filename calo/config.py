@@ -136,6 +136,7 @@ class Finetune:
     batch_size: int
     rule: tuple[FinetuneStep, ...]
     anchor: float = 0.0
+    recenter: bool = False
 
     def step_for(self, per_workload: float) -> FinetuneStep:
         """The rule's row for a warm-up of `per_workload` records per workload."""

@@ -22,7 +22,7 @@ from calo import config as cfg
 from calo.artifact import TrainedModel
 from calo.dataset import collate, to_data
 from calo.graphs import of_candidate
-from calo.models.training import Anchor, train_step
+from calo.models.training import Anchor, recenter, train_step
 from calo.records import latency_of
 from calo.schedule_graph import ScheduleGraph
 
@@ -101,6 +101,8 @@ class CaloCostModel(PyCostModel):
             self.optimizer = torch.optim.AdamW(
                 [p for p in self.model.parameters() if p.requires_grad], lr=step.lr,
                 weight_decay=self.train.weight_decay)
+        if self.finetune.recenter:
+            recenter(self.model, self.measured)
         loader = DataLoader(self.measured, batch_size=self.finetune.batch_size, shuffle=True,
                             generator=self.generator)
         steps = 0

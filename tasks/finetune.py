@@ -17,7 +17,7 @@ from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import evaluate
 from calo.log import get_logger
-from calo.models.training import fit
+from calo.models.training import fit, recenter
 from calo.tasks.pretrain import log_epoch
 
 
@@ -35,13 +35,14 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     for their number per workload (which layers, epochs, learning rate) unless `step` is
     given (the caller looked it up already)."""
     step = step or finetune.step_for(graphs.per_workload())
+    shift = recenter(trained.net, graphs.graphs) if finetune.recenter else 0.0
     trained.net.set_trainable(step.layers)
     schedule = {**dataclasses.asdict(train), "lr": step.lr, "batch_size": finetune.batch_size,
                 "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None,
                 "anchor": finetune.anchor}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
-    return {**result, "config": {**schedule, "layers": step.layers,
+    return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
                                  "warmup_per_workload": graphs.per_workload()}}
 
 

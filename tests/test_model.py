@@ -21,7 +21,7 @@ from calo.models.evidential import (
     nig_nll,
     pairwise_rank_loss,
 )
-from calo.models.training import WorkloadBatches, fit, mean_nll, predict
+from calo.models.training import WorkloadBatches, fit, mean_nll, predict, recenter
 from tests.conftest import DONOR
 
 LEVELS = confidence_levels(19)
@@ -100,6 +100,24 @@ def test_an_anchored_fine_tune_stays_nearer_the_weights_it_started_from(params, 
         distance[anchor] = sum(float((p - q).pow(2).sum()) for p, q in
                                zip(model.parameters(), start.parameters())) ** 0.5
     assert 0 < distance[200.0] < 0.5 * distance[0.0]
+
+
+def test_recentering_fits_a_device_three_times_slower_without_changing_the_order(
+        params, extracted):
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs[:40]
+    torch.manual_seed(0)
+    model = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=32, layers=2)
+    model.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    before = predict(model, graphs).gamma
+    slower = [copy.copy(g) for g in graphs]
+    for g in slower:
+        g.y = g.y + np.log(3.0)
+    offset = float((torch.cat([g.y for g in slower]) - before).mean())
+    assert recenter(model, slower) == pytest.approx(offset, abs=1e-5)
+    after = predict(model, graphs).gamma
+    assert float(after.mean()) == pytest.approx(float(torch.cat([g.y for g in slower]).mean()),
+                                                abs=1e-4)
+    assert torch.equal(after.argsort(), before.argsort())
 
 
 def test_pairwise_rank_loss_rewards_the_measured_order():
