@@ -148,15 +148,20 @@ def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
 
     Returns the trained models and, for those that could not be trained, why.
     """
+    log = get_logger()
     trained, not_run = {}, {}
     for kind, train in BASELINES.items():
         for name, groups in ((kind, warm_groups), (f"{kind}_donor", donor_groups + warm_groups)):
             groups = [g for g in groups if g]
+            count, start = sum(map(len, groups)), time.perf_counter()
             try:
                 if not groups:
                     raise CaloError("no training records (warm-up fraction 0 and no donor "
                                     "records)")
+                log.info(f"evaluate: training TVM's {name} on {count} records")
                 trained[name] = train(settings, groups)
+                log.info(f"evaluate: {name} trained in {time.perf_counter() - start:.0f} s "
+                         f"({count / (time.perf_counter() - start):.0f} records/s)")
             except Exception as err:  # a baseline that cannot train is reported, not fatal
                 not_run[name] = reason(err)
     return trained, not_run
