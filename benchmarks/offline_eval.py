@@ -142,7 +142,8 @@ def save(out: Path, report: dict) -> dict:
     """Write the report merged with the splits another run of the same evaluation wrote there
     meanwhile (two runs with different --devices share one file), under a file lock."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_suffix(".lock"), "w") as lock:
+    lock = os.open(out.parent, os.O_RDONLY)  # the folder's lock: no lock file left beside
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if out.is_file():
             try:
@@ -154,6 +155,8 @@ def save(out: Path, report: dict) -> dict:
                 for key in ("splits", "headline", "beats_tvm"):
                     report[key] = {**previous.get(key, {}), **report[key]}
         out.write_text(json.dumps(report, indent=1, default=float))
+    finally:
+        os.close(lock)  # closing releases the lock
     return report
 
 
