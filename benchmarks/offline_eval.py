@@ -126,16 +126,19 @@ def same_run(a: dict, b: dict) -> bool:
             and a.get("donor", {}).get("val_nll") == b.get("donor", {}).get("val_nll"))
 
 
-def load_finished(out: Path, report: dict) -> dict:
-    """The splits a previous run of the same evaluation (split, settings, donor pool) already
-    wrote to `out`: an interrupted run resumes after them."""
-    if not out.is_file():
-        return {}
+def _previous(out: Path, report: dict) -> dict:
+    """What `out` holds if it is a report of the same evaluation as `report`, else {}."""
     try:
-        previous = json.loads(out.read_text())
+        previous = json.loads(out.read_text()) if out.is_file() else {}
     except json.JSONDecodeError:
         return {}
-    return previous.get("splits", {}) if same_run(previous, report) else {}
+    return previous if same_run(previous, report) else {}
+
+
+def load_finished(out: Path, report: dict) -> dict:
+    """The splits a previous run of the same evaluation already wrote to `out`: an
+    interrupted run resumes after them."""
+    return _previous(out, report).get("splits", {})
 
 
 def save(out: Path, report: dict) -> dict:
@@ -145,15 +148,10 @@ def save(out: Path, report: dict) -> dict:
     lock = os.open(out.parent, os.O_RDONLY)  # the folder's lock: no lock file left beside
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if out.is_file():
-            try:
-                previous = json.loads(out.read_text())
-            except json.JSONDecodeError:
-                previous = {}
-            if same_run(previous, report):
-                report = {**previous, **report}  # e.g. extract_s, which the first run measured
-                for key in ("splits", "headline", "beats_tvm"):
-                    report[key] = {**previous.get(key, {}), **report[key]}
+        previous = _previous(out, report)
+        report = {**previous, **report}  # e.g. extract_s, which the first run measured
+        for key in ("splits", "headline", "beats_tvm"):
+            report[key] = {**previous.get(key, {}), **report[key]}
         out.write_text(json.dumps(report, indent=1, default=float))
     finally:
         os.close(lock)  # closing releases the lock

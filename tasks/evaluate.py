@@ -160,8 +160,9 @@ def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
                                     "records)")
                 log.info(f"evaluate: training TVM's {name} on {count} records")
                 trained[name] = train(settings, groups)
-                log.info(f"evaluate: {name} trained in {time.perf_counter() - start:.0f} s "
-                         f"({count / (time.perf_counter() - start):.0f} records/s)")
+                took = time.perf_counter() - start
+                log.info(f"evaluate: {name} trained in {took:.0f} s ({count / took:.0f} "
+                         "records/s)")
             except Exception as err:  # a baseline that cannot train is reported, not fatal
                 not_run[name] = reason(err)
     return trained, not_run
