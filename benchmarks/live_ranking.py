@@ -46,7 +46,7 @@ def main() -> None:
         for run in sorted((args.work_dir / workload).iterdir()):
             recs = [r for r in iter_records(run) if r.latency]
             donor = donors[int(run.name.rsplit("-", 1)[1]) % len(donors)]
-            graphs = [of_record(donor.graph_kind, r.record) for r in recs]
+            graphs = [of_record(donor.graph_kind, r.record, donor.reads_stores) for r in recs]
             with torch.inference_mode():
                 pred = donor.net.to_log_latency(donor.net(*collate(graphs))).gamma.numpy()
             true = np.log([r.latency for r in recs])

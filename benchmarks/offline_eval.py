@@ -28,6 +28,10 @@ first, reused by the others) and one --out merge into it, so the devices can run
 
     python benchmarks/offline_eval.py --donor-model /tmp/donor --devices cpu-host
     python benchmarks/offline_eval.py --donor-model /tmp/donor --devices cpu-generic-1core
+
+TVM's rows depend on the records only, not on our settings: `--baselines-from REPORT` takes them
+from an earlier report's splits on the same donor, warm-up and held-out records (checked)
+instead of training the baselines again, most of each split's time.
 """
 
 from __future__ import annotations
@@ -135,6 +139,34 @@ def _previous(out: Path, report: dict) -> dict:
     return previous if same_run(previous, report) else {}
 
 
+def baselines_of(path: Path | None) -> dict:
+    """The splits of a previous report whose TVM rows can stand in for training the baselines
+    again: theirs do not depend on our model's settings, only on the records."""
+    if path is None:
+        return {}
+    if not path.is_file():
+        raise SystemExit(f"--baselines-from: no report at {path}")
+    return json.loads(path.read_text()).get("splits", {})
+
+
+def with_baselines(result: dict, previous: dict) -> bool:
+    """Copy TVM's rows from a previous result of the same split (same donor, warm-up and
+    held-out records) into `result`; False, and nothing copied, if they differ."""
+    same = ("donor_records", "warmup_records", "warmup_per_workload", "held_out_records")
+    if not previous or any(previous.get(k) != result.get(k) for k in same):
+        return False
+    if set(previous["per_workload"]) != set(result["per_workload"]):
+        return False
+    tvm = lambda table: {m: v for m, v in table.items() if m != "calo"}  # noqa: E731
+    result["overall"].update(tvm(previous["overall"]))
+    for source, table in previous["by_source"].items():
+        result["by_source"].setdefault(source, {}).update(tvm(table))
+    for workload, table in previous["per_workload"].items():
+        result["per_workload"][workload].update(tvm(table))
+    result["not_run"] = previous.get("not_run", {})
+    return True
+
+
 def load_finished(out: Path, report: dict) -> dict:
     """The splits a previous run of the same evaluation already wrote to `out`: an
     interrupted run resumes after them."""
@@ -174,6 +206,10 @@ def main() -> None:
                         help="reuse the donor model saved here (trained and saved there if "
                              "absent): for comparing fine-tune settings on one donor")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "offline_eval.json")
+    parser.add_argument("--baselines-from", type=Path, default=None, metavar="REPORT",
+                        help="take TVM's rows from this earlier report where a split has the "
+                             "same donor, warm-up and held-out records, instead of training "
+                             "them again (they do not depend on our settings)")
     args = parser.parse_args()
     donor_model = args.donor_model.resolve() if args.donor_model else None
     args.donor_pool = args.donor_pool.resolve()
@@ -229,6 +265,7 @@ def main() -> None:
         log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
                  f"{report['donor']['train_s']:.0f} s")
     finished = load_finished(args.out, report)
+    earlier = baselines_of(args.baselines_from)
     for device, pool in held_out.items():
         store = pool if pool.is_dir() else unpack(pool, pools)
         for count, choose in runs:
@@ -239,11 +276,18 @@ def main() -> None:
             start = time.perf_counter()
             # TVM's models are compared on the first-measured warm-up; the uncertainty-chosen
             # one is about our model's warm-up, and selection runs choose our settings only.
+            compare = choose == "first" and args.split != "dev"
             result = evaluate_records(settings, str(model_dir), str(store),
                                       warmup_records=count, choose=choose,
-                                      baselines=choose == "first" and args.split != "dev")
+                                      baselines=compare and name not in earlier)
             result["wall_s"] = time.perf_counter() - start
             result["records"], result["model"] = store.name, "donor"  # not temporary paths
+            if compare and name in earlier:
+                if not with_baselines(result, earlier[name]):
+                    raise SystemExit(f"{args.baselines_from} has {name} on other records: "
+                                     "run without --baselines-from")
+                result["baselines_from"] = str(args.baselines_from)
+                log.info(f"offline eval: TVM's rows of {name} from {args.baselines_from}")
             report["splits"][name] = result
             report["headline"][name] = headline(result)
             if len(result["overall"]) > 1:

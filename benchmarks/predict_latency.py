@@ -137,10 +137,10 @@ def main() -> None:
     times: dict[str, list[float]] = {"calo": [], "calo_featurize": [], "xgb": []}
     for pop in pops[1:]:
         times["calo"].append(time_ms(lambda pop=pop: calo.predict(ctx, pop)))
-        times["calo_featurize"].append(time_ms(lambda pop=pop: calo.featurize(pop)))
+        times["calo_featurize"].append(time_ms(lambda pop=pop: calo.featurize(ctx, pop)))
         times["xgb"].append(time_ms(lambda pop=pop: xgb.predict(ctx, pop)))
     med = {k: statistics.median(v) for k, v in times.items()}
-    forward = forward_variants(model, [collate(calo.featurize(pop)) for pop in pops[1:]],
+    forward = forward_variants(model, [collate(calo.featurize(ctx, pop)) for pop in pops[1:]],
                                args.compile)
     result = {
         "workload": args.workload, "population": args.population, "repeat": args.repeat,

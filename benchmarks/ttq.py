@@ -73,9 +73,9 @@ GRAPHS: dict[int, tuple] = {}
 class CachedCalo(CaloCostModel):
     """Replay scores the same pool candidates in every round and run: graphs are built once."""
 
-    def featurize(self, candidates):
+    def featurize(self, context, candidates):
         missing = [c for c in candidates if id(c) not in GRAPHS]
-        for cand, graph in zip(missing, super().featurize(missing)):
+        for cand, graph in zip(missing, super().featurize(context, missing)):
             GRAPHS[id(cand)] = (cand, graph)
         return [GRAPHS[id(c)][1] for c in candidates]
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from calo import config as cfg
-from calo import paths
+from calo import paths, store_features
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError, reason
 from calo.graphs import schema
@@ -40,12 +40,14 @@ class ModelConfig:
     pooling: str = "meanmax"
     head: str = "evidential"
     attention: bool = False
+    stores: int = 0          # per-store feature columns it reads beside the graph (0: none)
 
     @classmethod
     def of(cls, graph: cfg.Graph, model: cfg.Model) -> ModelConfig:
         features, edge_types = schema(graph.kind)
         return cls(graph.kind, tuple(features), tuple(edge_types), model.hidden, model.layers,
-                   model.encoder, model.pooling, model.head, model.attention)
+                   model.encoder, model.pooling, model.head, model.attention,
+                   store_features.NUM_FEATURES if graph.stores else 0)
 
     def build(self) -> EvidentialSAGE:
         features, edge_types = schema(self.graph)
@@ -54,7 +56,7 @@ class ModelConfig:
                             "extracts: re-run extract and pretrain")
         return EvidentialSAGE(len(features), len(edge_types), self.hidden, self.layers,
                               encoder=self.encoder, pooling=self.pooling, head=self.head,
-                              attention=self.attention)
+                              attention=self.attention, store_features=self.stores)
 
 
 @dataclass
@@ -72,6 +74,10 @@ class TrainedModel:
     @property
     def graph_kind(self) -> str:
         return self.config.graph
+
+    @property
+    def reads_stores(self) -> bool:
+        return self.config.stores > 0
 
     def save(self, path: Path) -> Path:
         """Write both files; a file of a previous model at path is replaced whole."""
@@ -120,4 +126,5 @@ def load_with_graphs(device: str, model_dir: Path, made_by: str) -> tuple[Traine
     if not model_dir.is_dir():
         raise CaloError(f"no model for '{device}' in {model_dir}: run `calo {made_by}` first")
     trained = TrainedModel.load(model_dir)
-    return trained, load_graphs(paths.graphs_path(device), trained.graph_kind)
+    return trained, load_graphs(paths.graphs_path(device), trained.graph_kind,
+                                trained.reads_stores)

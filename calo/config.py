@@ -86,6 +86,7 @@ class Labels:
 @dataclass(frozen=True)
 class Graph:
     kind: GraphKind
+    stores: bool = False   # TVM's per-store features beside the graph (calo.store_features)
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from torch_geometric.loader import DataLoader
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from calo import config as cfg
 from calo.artifact import TrainedModel
 from calo.dataset import collate, to_data
-from calo.graphs import of_candidate
-from calo.models.training import Anchor, recenter, train_step
+from calo.graphs import of_candidates
+from calo.models.training import Anchor, loader, recenter, train_step
 from calo.records import latency_of
 from calo.schedule_graph import ScheduleGraph
 
@@ -69,8 +68,7 @@ class CaloCostModel(PyCostModel):
         """The whole state: the artifact (weights, config, temperature) and what this search
         measured, so a loaded model scores and updates exactly as this one would."""
         self.trained.save(Path(path))
-        torch.save({"round": self.round,
-                    "measured": [(g.x, g.edge_index, g.edge_type, g.y) for g in self.measured]},
+        torch.save({"round": self.round, "measured": [g.to_dict() for g in self.measured]},
                    Path(path) / ONLINE_STATE)
 
     def load(self, path: str) -> None:
@@ -81,14 +79,13 @@ class CaloCostModel(PyCostModel):
         if state_file.is_file():
             state = torch.load(state_file, weights_only=True)
             self.round = state["round"]
-            self.measured = [Data(x=x, edge_index=e, edge_type=t, y=y)
-                             for x, e, t, y in state["measured"]]
+            self.measured = [Data(**fields) for fields in state["measured"]]
 
     def update(self, context, candidates, results) -> None:
         """Learn from the round's measurements with a bounded number of gradient steps."""
         secs = [latency_of(res) if res.error_msg is None else None for res in results]
         ok = [(cand, s) for cand, s in zip(candidates, secs) if s is not None]
-        graphs = self.featurize([cand for cand, _ in ok])
+        graphs = self.featurize(context, [cand for cand, _ in ok])
         self.measured += [to_data(g, math.log(secs)) for g, (_, secs) in zip(graphs, ok)]
         self.round += 1
         if not self.measured or self.update_steps <= 0:
@@ -103,11 +100,11 @@ class CaloCostModel(PyCostModel):
                 weight_decay=self.train.weight_decay)
         if self.finetune.recenter:
             recenter(self.model, self.measured)
-        loader = DataLoader(self.measured, batch_size=self.finetune.batch_size, shuffle=True,
-                            generator=self.generator)
+        batches = loader(self.measured, batch_size=self.finetune.batch_size, shuffle=True,
+                         generator=self.generator)
         steps = 0
         while steps < self.update_steps:
-            for batch in loader:
+            for batch in batches:
                 train_step(self.model, self.optimizer, batch, lam=self.train.lam,
                            rank_weight=self.train.rank_weight,
                            rank_weighting=self.train.rank_weighting,
@@ -119,15 +116,16 @@ class CaloCostModel(PyCostModel):
                     break
         self.model.eval()
 
-    def featurize(self, candidates) -> list[ScheduleGraph]:
-        return [of_candidate(self.trained.graph_kind, c) for c in candidates]
+    def featurize(self, context, candidates) -> list[ScheduleGraph]:
+        return of_candidates(self.trained.graph_kind, context, candidates,
+                             self.trained.reads_stores)
 
     @torch.inference_mode()
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates:
             return np.zeros(0, dtype=np.float64)
         self.model.eval()
-        d = self.model.to_log_latency(self.model(*collate(self.featurize(candidates))))
+        d = self.model.to_log_latency(self.model(*collate(self.featurize(context, candidates))))
         d = d.scaled(self.temperature)
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
         return np.exp(-(bound - bound.min()))

@@ -23,13 +23,16 @@ def to_data(graph: ScheduleGraph, log_latency: float | None = None) -> Data:
         edge_index=torch.from_numpy(graph.edge_index),
         edge_type=torch.from_numpy(graph.edge_type),
     )
+    if graph.stores is not None:
+        data.store_rows = torch.from_numpy(graph.stores)
     if log_latency is not None:
         data.y = torch.tensor([log_latency], dtype=torch.float32)
     return data
 
 
-def collate(graphs: list[ScheduleGraph]) -> tuple[torch.Tensor, ...]:
-    """One disjoint-union batch of many graphs: (x, edge_index, edge_type, batch, num_graphs).
+def collate(graphs: list[ScheduleGraph]) -> tuple:
+    """One disjoint-union batch of many graphs: (x, edge_index, edge_type, batch, num_graphs,
+    stores, stores_batch), the last two None for graphs without per-store features.
 
     What PyG's Batch.from_data_list builds, from the numpy arrays directly: at a search
     population's size (hundreds of small graphs) the generic collation costs more than the
@@ -37,11 +40,16 @@ def collate(graphs: list[ScheduleGraph]) -> tuple[torch.Tensor, ...]:
     """
     sizes = np.array([len(g.x) for g in graphs])
     offsets = np.repeat(np.cumsum(sizes) - sizes, [g.edge_index.shape[1] for g in graphs])
+    stores = stores_batch = None
+    if graphs and graphs[0].stores is not None:
+        stores = torch.from_numpy(np.concatenate([g.stores for g in graphs]))
+        stores_batch = torch.from_numpy(np.repeat(np.arange(len(graphs)),
+                                                  [len(g.stores) for g in graphs]))
     return (torch.from_numpy(np.concatenate([g.x for g in graphs])),
             torch.from_numpy(np.concatenate([g.edge_index for g in graphs], axis=1) + offsets),
             torch.from_numpy(np.concatenate([g.edge_type for g in graphs])),
             torch.from_numpy(np.repeat(np.arange(len(graphs)), sizes)),
-            len(graphs))
+            len(graphs), stores, stores_batch)
 
 
 @dataclass
@@ -118,12 +126,15 @@ def save_graphs(path: Path, graphs: GraphSet) -> None:
         "spread": torch.cat([getattr(g, "spread", torch.tensor([float("nan")]))
                              for g in graphs.graphs]) if graphs.graphs else torch.zeros(0),
         "kind": graphs.kind,
+        "stores": ([g.store_rows for g in graphs.graphs]
+                   if graphs.graphs and "store_rows" in graphs.graphs[0] else None),
     }, tmp)
     tmp.replace(path)
 
 
-def load_graphs(path: Path, kind: str) -> GraphSet:
-    """The graphs at path, which must be of the kind the reader's model expects."""
+def load_graphs(path: Path, kind: str, stores: bool = False) -> GraphSet:
+    """The graphs at path, which must be of the kind the reader's model expects (and carry
+    per-store features if it reads them)."""
     if not path.is_file():
         raise CaloError(f"no graphs at {path}: run `calo extract` for this device first")
     blob = torch.load(path, weights_only=True)
@@ -132,7 +143,13 @@ def load_graphs(path: Path, kind: str) -> GraphSet:
                         f"{kind} graphs: re-run `calo extract` (and pretrain) after changing "
                         "graph.kind")
     spread = blob.get("spread", torch.full((len(blob["y"]),), float("nan")))
+    if stores and blob.get("stores") is None:
+        raise CaloError(f"{path} holds graphs without per-store features but the model reads "
+                        "them: re-run `calo extract` (and pretrain) after setting graph.stores")
     graphs = [Data(x=x, edge_index=e, edge_type=t, y=y.reshape(1), spread=s.reshape(1))
               for x, e, t, y, s in zip(blob["x"], blob["edge_index"], blob["edge_type"],
                                        blob["y"], spread)]
+    if stores:
+        for data, rows in zip(graphs, blob["stores"]):
+            data.store_rows = rows
     return GraphSet(graphs, list(blob["workload"]), list(blob["record"]), kind)

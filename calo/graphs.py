@@ -13,7 +13,7 @@ from typing import get_args
 
 import torch
 
-from calo import ast_graph, schedule_graph
+from calo import ast_graph, schedule_graph, store_features
 from calo.config import GraphKind
 from calo.dataset import GraphSet, to_data
 from calo.errors import CaloError
@@ -35,21 +35,34 @@ def schema(kind: str) -> tuple[list[str], list[str]]:
     return list(module.FEATURES), list(module.EDGE_TYPES)
 
 
-def of_record(kind: str, record) -> ScheduleGraph:
-    """The graph of a TuningRecord's scheduled program (its trace replayed on its workload)."""
-    return _module(kind).extract_graph(record.as_measure_candidate().sch.mod["main"])
+def of_record(kind: str, record, stores: bool = False) -> ScheduleGraph:
+    """The graph of a TuningRecord's scheduled program (its trace replayed on its workload),
+    with TVM's per-store features if `stores`."""
+    candidate = record.as_measure_candidate()
+    graph = _module(kind).extract_graph(candidate.sch.mod["main"])
+    if stores:
+        graph.stores = store_features.of_candidates(record.workload.mod, record.target,
+                                                    [candidate])[0]
+    return graph
 
 
-def of_candidate(kind: str, candidate) -> ScheduleGraph:
-    return _module(kind).extract_graph(candidate.sch.mod["main"])
+def of_candidates(kind: str, context, candidates: list, stores: bool = False
+                  ) -> list[ScheduleGraph]:
+    """Graphs of a search's candidates of one workload (context: its TuneContext)."""
+    graphs = [_module(kind).extract_graph(c.sch.mod["main"]) for c in candidates]
+    if stores:
+        for graph, rows in zip(graphs, store_features.of_candidates(context.mod, context.target,
+                                                                     candidates)):
+            graph.stores = rows
+    return graphs
 
 
-def graph_set(kind: str, records: Iterable, on_graph: Callable[[], None] = lambda: None
-              ) -> GraphSet:
+def graph_set(kind: str, records: Iterable, on_graph: Callable[[], None] = lambda: None,
+              stores: bool = False) -> GraphSet:
     """Graphs of measured records (calo.records.Record), labelled with their log latency."""
     graphs = GraphSet([], [], [], kind)
     for rec in records:
-        data = to_data(of_record(kind, rec.record), math.log(rec.latency))
+        data = to_data(of_record(kind, rec.record, stores), math.log(rec.latency))
         data.spread = torch.tensor([math.nan if rec.spread is None else rec.spread])
         graphs.graphs.append(data)
         graphs.workload.append(rec.workload_name)

@@ -59,6 +59,8 @@ class ScheduleGraph:
     x: np.ndarray            # [num_nodes, NUM_FEATURES] float32
     edge_index: np.ndarray   # [2, num_edges] int64
     edge_type: np.ndarray    # [num_edges] int64
+    # TVM's per-store feature rows (calo.store_features), when the model reads them
+    stores: np.ndarray | None = None
 
 
 @dataclass

@@ -65,7 +65,7 @@ class EvidentialSAGE(nn.Module):
 
     def __init__(self, num_features: int, num_edge_types: int, hidden: int = 64, layers: int = 2,
                  encoder: str = "sage", pooling: str = "meanmax", head: str = "evidential",
-                 attention: bool = False):
+                 attention: bool = False, store_features: int = 0):
         super().__init__()
         if encoder not in ENCODERS or pooling not in POOLINGS or head not in HEADS:
             raise ValueError(f"unknown variant: encoder={encoder!r} pooling={pooling!r} "
@@ -96,11 +96,22 @@ class EvidentialSAGE(nn.Module):
         # Cross-candidate attention: each candidate's embedding sees the others in its batch.
         self.attend = (nn.MultiheadAttention(2 * hidden, num_heads=4, batch_first=True)
                        if attention else None)
-        self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 4))
+        # Per-store feature rows (0: none): an MLP per row, summed per program, read beside
+        # the graph's readout.
+        self.stores = None
+        if store_features:
+            self.register_buffer("s_mean", torch.zeros(store_features))
+            self.register_buffer("s_std", torch.ones(store_features))
+            self.stores = nn.Sequential(nn.Linear(store_features, hidden), nn.ReLU(),
+                                        nn.Linear(hidden, hidden))
+        readout = (3 if store_features else 2) * hidden
+        self.head = nn.Sequential(nn.Linear(readout, hidden), nn.ReLU(), nn.Linear(hidden, 4))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, batch: Tensor,
-                num_graphs: int) -> NIG:
-        """NIG over the standardized log latency of each graph in the batch."""
+                num_graphs: int, stores: Tensor | None = None,
+                stores_batch: Tensor | None = None) -> NIG:
+        """NIG over the standardized log latency of each graph in the batch (stores: the
+        per-store feature rows of every graph, stores_batch: the graph of each row)."""
         h = F.relu(self.embed((x - self.x_mean) / self.x_std))
         edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
         edge_type = torch.cat([edge_type, edge_type + self.num_edge_types])
@@ -120,6 +131,12 @@ class EvidentialSAGE(nn.Module):
             h, _, _, batch, _, _ = self.pool(h, edge_index, batch=batch)
         pooled = torch.cat([global_mean_pool(h, batch, num_graphs),
                             global_max_pool(h, batch, num_graphs)], dim=-1)
+        if self.stores is not None:
+            if stores is None:
+                raise ValueError("this model reads per-store features; the batch has none")
+            rows = self.stores((stores - self.s_mean) / self.s_std)
+            summed = rows.new_zeros(num_graphs, rows.shape[1]).index_add_(0, stores_batch, rows)
+            pooled = torch.cat([pooled, summed], dim=-1)
         if self.attend is not None:
             seq = pooled.unsqueeze(0)
             pooled = pooled + self.attend(seq, seq, seq, need_weights=False)[0].squeeze(0)
@@ -142,9 +159,12 @@ class EvidentialSAGE(nn.Module):
     def standardize(self, y: Tensor) -> Tensor:
         return (y - self.y_mean) / self.y_std
 
-    def set_normalization(self, x: Tensor, y: Tensor) -> None:
+    def set_normalization(self, x: Tensor, y: Tensor, stores: Tensor | None = None) -> None:
         self.x_mean.copy_(x.mean(0))
         self.x_std.copy_(x.std(0).nan_to_num(1.0).clamp_min(1e-3))
+        if self.stores is not None:
+            self.s_mean.copy_(stores.mean(0))
+            self.s_std.copy_(stores.std(0).nan_to_num(1.0).clamp_min(1e-3))
         self.y_mean.copy_(y.mean())
         self.y_std.copy_(y.std().nan_to_num(1.0).clamp_min(1e-3))
 

@@ -19,7 +19,14 @@ GRAD_CLIP = 5.0  # max gradient norm: one wild batch of a small warm-up set cann
 
 
 def _forward(model: EvidentialSAGE, batch) -> NIG:
-    return model(batch.x, batch.edge_index, batch.edge_type, batch.batch, batch.num_graphs)
+    stores = (batch.store_rows, batch.store_rows_batch) if "store_rows" in batch else ()
+    return model(batch.x, batch.edge_index, batch.edge_type, batch.batch, batch.num_graphs,
+                 *stores)
+
+
+def loader(graphs: Sequence[Data], **kwargs) -> DataLoader:
+    """PyG's DataLoader, which also indexes each per-store feature row's graph."""
+    return DataLoader(list(graphs), follow_batch=["store_rows"], **kwargs)
 
 
 RankPairs = Literal["all", "workload"]
@@ -113,7 +120,7 @@ def mean_nll(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 40
     """Mean NLL of the standardized targets."""
     model.eval()
     total, count = 0.0, 0
-    for batch in DataLoader(list(graphs), batch_size=batch_size):
+    for batch in loader(graphs, batch_size=batch_size):
         total += nig_nll(model.standardize(batch.y), _forward(model, batch)).sum().item()
         count += batch.num_graphs
     return total / max(count, 1)
@@ -159,10 +166,10 @@ def fit(
     if batches == "workload":
         sampler = WorkloadBatches([g.group.item() for g in train], batch_size,
                                   torch.Generator().manual_seed(seed))
-        loader = DataLoader(train, batch_sampler=sampler)
+        batches_of = loader(train, batch_sampler=sampler)
     else:
-        loader = DataLoader(train, batch_size=batch_size, shuffle=True, drop_last=False)
-    steps_per_epoch = max(len(loader), 1)
+        batches_of = loader(train, batch_size=batch_size, shuffle=True, drop_last=False)
+    steps_per_epoch = max(len(batches_of), 1)
     total_steps = steps_per_epoch * max_epochs
     warmup_steps = steps_per_epoch * warmup_epochs
 
@@ -180,7 +187,7 @@ def fit(
     history = []
     for epoch in range(max_epochs):
         running, seen = 0.0, 0
-        for batch in loader:
+        for batch in batches_of:
             loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
                               rank_pairs=rank_pairs, rank_weighting=rank_weighting,
                               rank_loss=rank_loss, rank_sharpness=rank_sharpness)
@@ -226,5 +233,5 @@ def predict(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 409
     """NIG over natural-log seconds for each graph, in input order."""
     model.eval()
     parts = [model.to_log_latency(_forward(model, b))
-             for b in DataLoader(list(graphs), batch_size=batch_size)]
+             for b in loader(graphs, batch_size=batch_size)]
     return NIG(*(torch.cat([getattr(p, f) for p in parts]) for f in NIG._fields))

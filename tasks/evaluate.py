@@ -91,7 +91,8 @@ def choose_by_uncertainty(trained: TrainedModel, recs: list[Record], count: int,
     out = {}
     for name, group in by_workload(recs).items():
         pool = [i for i, r in enumerate(group) if r.source == RANDOM] or list(range(len(group)))
-        graphs = graph_set(trained.graph_kind, [group[i] for i in pool], progress)
+        graphs = graph_set(trained.graph_kind, [group[i] for i in pool], progress,
+                           trained.reads_stores)
         d = predict(trained.net, graphs.graphs)
         mu, var = d.gamma.numpy(), d.epistemic_var.numpy()
         chosen = []
@@ -207,7 +208,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     if not recs:
         raise CaloError(f"no successful measurements in {records_dir}")
     trained, label = load_model_spec(settings, model_spec)
-    kind = trained.graph_kind
+    kind, stores = trained.graph_kind, trained.reads_stores
     if choose == "uncertainty" and warmup_records:
         splits = choose_by_uncertainty(trained, recs, warmup_records,
                                        Progress("evaluate: choosing warm-up", len(recs),
@@ -224,7 +225,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     if warm:
         trained = copy.deepcopy(trained)
         warm_graphs = graph_set(kind, warm, Progress("evaluate: warm-up graphs", len(warm),
-                                                     "records").advance)
+                                                     "records").advance, stores)
         fractions = cfg.Split(val=settings.split.val, test=0.0)
         is_val = [split_of(w, r, fractions) == "val"
                   for w, r in zip(warm_graphs.workload, warm_graphs.record)]
@@ -256,7 +257,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     for name, group in held.items():
         latency = np.array([r.latency for r in group])
         counts[name] = len(group)
-        y, mu, scale, df = predictive(model, graph_set(kind, group, progress.advance), tau)
+        y, mu, scale, df = predictive(model, graph_set(kind, group, progress.advance, stores), tau)
         pooled.append((y, mu, scale, df))
         cands = [r.record.as_measure_candidate() for r in group]
         scores = {"calo": mu, **{which: -np.asarray(baseline.predict(_context(group[0]), cands))

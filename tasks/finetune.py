@@ -55,7 +55,7 @@ def finetune(settings: cfg.Settings, device: str) -> dict:
 def _finetune(settings: cfg.Settings, device: str) -> dict:
     settings.target_device(device)
     trained = load_donor(settings)
-    graphs = load_graphs(paths.graphs_path(device), trained.graph_kind)
+    graphs = load_graphs(paths.graphs_path(device), trained.graph_kind, trained.reads_stores)
     train, val = (graphs.split(s, settings.split) for s in ("train", "val"))
     train, noisy = train.steady(settings.labels.max_spread)
     if len(train) < 2:

@@ -38,7 +38,8 @@ def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet, 
     """(train, val, test, calibration) of the donor's graphs. The calibration set fits the
     temperature: the validation records, or (split.donor_calibration: workload) whole
     workloads kept out of training, so the variance is scaled for workloads never seen."""
-    graphs = load_graphs(paths.graphs_path(settings.donor), settings.graph.kind)
+    graphs = load_graphs(paths.graphs_path(settings.donor), settings.graph.kind,
+                         settings.graph.stores)
     calibration = None
     workloads = len(set(graphs.workload))
     if settings.split.donor_calibration == "workload" and workloads < MIN_CALIBRATION_WORKLOADS:
@@ -69,8 +70,9 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     calibration = calibration if calibration is not None else val
     torch.manual_seed(settings.train.seed)
     trained = TrainedModel.new(settings)
+    stores = (torch.cat([g.store_rows for g in train.graphs]) if trained.reads_stores else None)
     trained.net.set_normalization(torch.cat([g.x for g in train.graphs]),
-                                  torch.cat([g.y for g in train.graphs]))
+                                  torch.cat([g.y for g in train.graphs]), stores)
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
                  on_epoch=on_epoch, **dataclasses.asdict(settings.train))
     levels = settings.calibrate.levels

@@ -165,3 +165,41 @@ def test_the_ast_kind_runs_extract_pretrain_and_prediction(params, harvested, tm
     rec = next(r for r in iter_records(paths.records_dir(DONOR)) if r.latency is not None)
     d = predict(trained.net, [to_data(graphs.of_record("ast", rec.record))])
     assert torch.isfinite(d.gamma).all()
+
+
+def test_per_store_features_run_extract_pretrain_save_and_search_prediction(
+        params, harvested, tmp_path, monkeypatch):
+    from tvm.s_tir import meta_schedule as ms
+
+    from calo import store_features
+    from calo.artifact import TrainedModel
+    from calo.costmodel import CaloCostModel
+
+    with_stores = params.override({"graph.stores": True, "train.max_epochs": 2})
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "records").symlink_to(paths.records_dir(DONOR).resolve().parent)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CaloError, match="without per-store features"):
+        extract(params, DONOR)
+        load_graphs(paths.graphs_path(DONOR), "schedule", stores=True)
+    extract(with_stores, DONOR)
+    saved = load_graphs(paths.graphs_path(DONOR), "schedule", stores=True)
+    rows = [g.store_rows for g in saved.graphs]
+    assert all(r.shape[1] == store_features.NUM_FEATURES and len(r) >= 1 for r in rows)
+    assert len({r.numpy().tobytes() for r in rows}) > len(rows) // 2  # schedules differ
+    trained, metrics = train_on_donor(with_stores, *donor_splits(with_stores))
+    assert trained.reads_stores and np.isfinite(metrics["test_nll"])
+    loaded = TrainedModel.load(trained.save(tmp_path / "model"))
+    assert loaded.config.stores == store_features.NUM_FEATURES
+    # The search's path: candidates of one workload, featurized together, scored and learned.
+    recs = [r for r in iter_records(paths.records_dir(DONOR)) if r.latency is not None]
+    group = [r for r in recs if r.workload_name == recs[0].workload_name][:6]
+    context = ms.TuneContext(mod=group[0].record.workload.mod, target=group[0].record.target)
+    cands = [r.record.as_measure_candidate() for r in group]
+    model = CaloCostModel.from_settings(loaded, with_stores, constant_kappa=0.0)  # mean only
+    scores = model.predict(context, cands)
+    assert scores.shape == (6,) and np.isfinite(scores).all()
+    mu = predict(loaded.net, graphs.graph_set("schedule", group, stores=True).graphs).gamma
+    assert np.allclose(np.argsort(-scores), np.argsort(mu.numpy()))
+    model.update(context, cands, [ms.runner.RunnerResult(r.record.run_secs, None) for r in group])
+    assert np.isfinite(model.predict(context, cands)).all()

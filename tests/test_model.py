@@ -219,29 +219,44 @@ def test_unknown_variant_is_refused():
         EvidentialSAGE(4, 2, encoder="gat")
 
 
-def test_fast_collation_matches_pyg_batching():
-    from torch_geometric.data import Batch
-
+@pytest.mark.parametrize("stores", [0, 5])
+def test_fast_collation_matches_pyg_batching(stores):
     from calo.dataset import collate, to_data
+    from calo.models.training import loader
     from calo.schedule_graph import ScheduleGraph
 
     rng = np.random.default_rng(0)
     graphs = []
-    for nodes, edges in ((3, 2), (5, 7), (1, 0), (4, 4)):
+    for nodes, edges, rows in ((3, 2, 1), (5, 7, 3), (1, 0, 0), (4, 4, 2)):
         graphs.append(ScheduleGraph(
             x=rng.standard_normal((nodes, 6)).astype(np.float32),
             edge_index=rng.integers(0, nodes, (2, edges)).astype(np.int64),
-            edge_type=rng.integers(0, 4, edges).astype(np.int64)))
-    x, edge_index, edge_type, batch, num_graphs = collate(graphs)
-    ref = Batch.from_data_list([to_data(g) for g in graphs])
+            edge_type=rng.integers(0, 4, edges).astype(np.int64),
+            stores=rng.standard_normal((rows, stores)).astype(np.float32) if stores else None))
+    fast_batch = collate(graphs)
+    x, edge_index, edge_type, batch, num_graphs, store_rows, store_batch = fast_batch
+    ref = next(iter(loader([to_data(g) for g in graphs], batch_size=len(graphs))))
     assert torch.equal(x, ref.x) and torch.equal(edge_index, ref.edge_index)
     assert torch.equal(edge_type, ref.edge_type) and torch.equal(batch, ref.batch)
     assert num_graphs == ref.num_graphs
+    if stores:
+        assert torch.equal(store_rows, ref.store_rows)
+        assert torch.equal(store_batch, ref.store_rows_batch)
+        assert store_batch.tolist() == [0, 1, 1, 1, 3, 3]
+    else:
+        assert store_rows is None and "store_rows" not in ref
     torch.manual_seed(0)
-    model = EvidentialSAGE(6, 4, hidden=8, layers=2).eval()
-    fast = model(x, edge_index, edge_type, batch, num_graphs)
-    slow = model(ref.x, ref.edge_index, ref.edge_type, ref.batch, ref.num_graphs)
+    model = EvidentialSAGE(6, 4, hidden=8, layers=2, store_features=stores).eval()
+    if stores:
+        model.set_normalization(x, torch.zeros(2), store_rows)
+    fast = model(*fast_batch)
+    slow = model(ref.x, ref.edge_index, ref.edge_type, ref.batch, ref.num_graphs,
+                 *((ref.store_rows, ref.store_rows_batch) if stores else ()))
     assert torch.allclose(fast.gamma, slow.gamma) and torch.allclose(fast.beta, slow.beta)
+    if stores:  # the rows enter the prediction: a graph's own rows move only its output
+        store_rows[0] += 10.0
+        moved = model(*fast_batch).gamma
+        assert moved[0] != fast.gamma[0] and torch.equal(moved[1:], fast.gamma[1:])
 
 
 def test_fused_relation_aggregation_equals_one_sageconv_per_relation():
