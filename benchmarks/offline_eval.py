@@ -11,7 +11,9 @@ trained on the warm-up records alone and on the donor records plus the warm-up.
 `--split dev` is the selection split, where settings are chosen (the unseen-shape split only
 reports): the donor pool without the unseen-shape split's operators, a third of the operators
 of each family held out (by a stable hash of the name) at every shape they have with at least
-DEV_MIN_RECORDS records, the rest the donor; warm-up 0, 8 and 32, our model alone.
+DEV_MIN_RECORDS records, the rest the donor; warm-up 0, 8 and 32, our model alone (`--tvm`:
+TVM's too). `--split dev-shape` also holds out every second kept operator at one of its larger
+shapes: seen operators at shapes the donor lacks, as the unseen-shape split has them.
 
 Warm-up sizes: records per held-out workload (the first measured, random samples), 0 being
 zero-shot; at --compare sizes the warm-up is also chosen by the donor's uncertainty
@@ -80,6 +82,19 @@ def dev_held_out(operators: list[str]) -> set[str]:
         ranked = sorted(group, key=lambda n: hashlib.sha1(n.encode()).hexdigest())
         held |= set(ranked[::DEV_SHARE])
     return held
+
+
+def dev_held_shapes(names: list[str], held: set[str]) -> set[str]:
+    """dev-shape: workloads of the operators the donor keeps, each of every second of them (in
+    hash order) held out at one of its larger shapes: seen operators at shapes the donor lacks,
+    as the unseen-shape split asks."""
+    kept = sorted({suite.operator(n) for n in names} - held,
+                  key=lambda n: hashlib.sha1(f"shape/{n}".encode()).hexdigest())
+    out = set()
+    for op in kept[::2]:
+        shape = ("medium", "large")[int(hashlib.sha1(op.encode()).hexdigest(), 16) % 2]
+        out |= {n for n in names if n == f"{op}@{shape}"}
+    return out
 
 
 def with_overrides(settings: Settings, donor: str, overrides: list[str]) -> Settings:
@@ -192,7 +207,8 @@ def save(out: Path, report: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--split", choices=["unseen-shape", "dev"], default="unseen-shape")
+    parser.add_argument("--split", choices=["unseen-shape", "dev", "dev-shape"],
+                        default="unseen-shape")
     parser.add_argument("--warmups", type=int, nargs="+", default=[0, 8, 32, 96],
                         help="warm-up records per held-out workload")
     parser.add_argument("--compare", type=int, nargs="*", default=[8, 32],
@@ -206,6 +222,9 @@ def main() -> None:
                         help="reuse the donor model saved here (trained and saved there if "
                              "absent): for comparing fine-tune settings on one donor")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "offline_eval.json")
+    parser.add_argument("--tvm", action=argparse.BooleanOptionalAction, default=None,
+                        help="train and score TVM's models too (default: on the unseen-shape "
+                             "split, off on the selection split)")
     parser.add_argument("--baselines-from", type=Path, default=None, metavar="REPORT",
                         help="take TVM's rows from this earlier report where a split has the "
                              "same donor, warm-up and held-out records, instead of training "
@@ -214,6 +233,7 @@ def main() -> None:
     donor_model = args.donor_model.resolve() if args.donor_model else None
     args.donor_pool = args.donor_pool.resolve()
     args.out = args.out.resolve()
+    args.baselines_from = args.baselines_from and args.baselines_from.resolve()
     log = get_logger()
     base = load_settings(Path("params.yaml").resolve())
     work = Path(tempfile.mkdtemp(prefix="calo-offline-eval-"))
@@ -225,20 +245,22 @@ def main() -> None:
         records.subset_store(args.donor_pool, host, lambda n: True)
     else:
         host = unpack(args.donor_pool, pools)
-    if args.split == "dev":
+    if args.split.startswith("dev"):
         counts = records.count_by_workload(host)
         names = {k: n for k, n in records.load_names(host).items()
                  if suite.operator(n) not in UNSEEN_OPERATORS}
         held = dev_held_out(sorted({suite.operator(n) for n in names.values()}))
+        shapes = (dev_held_shapes(sorted(names.values()), held) if args.split == "dev-shape"
+                  else set())
+        out_of_donor = lambda n: suite.operator(n) in held or n in shapes  # noqa: E731
         scored = {n for k, n in names.items()
-                  if suite.operator(n) in held and counts.get(k, 0) >= DEV_MIN_RECORDS}
-        kept = records.subset_store(
-            host, work / "data/records/donor",
-            lambda n: n in names.values() and suite.operator(n) not in held)
+                  if out_of_donor(n) and counts.get(k, 0) >= DEV_MIN_RECORDS}
+        kept = records.subset_store(host, work / "data/records/donor",
+                                    lambda n: n in names.values() and not out_of_donor(n))
         records.subset_store(host, pools / "dev-held-out", lambda n: n in scored)
-        log.info(f"dev split: {len(held)} operators held out, {len(scored)} of their "
-                 f"workloads scored")
-        held_out = {"dev": pools / "dev-held-out"}
+        log.info(f"{args.split} split: {len(held)} operators held out, {len(shapes)} workloads "
+                 f"of kept operators held out at their shape; {len(scored)} workloads scored")
+        held_out = {args.split: pools / "dev-held-out"}
         runs = [(n, "first") for n in DEV_WARMUPS]
     else:
         kept = records.subset_store(host, work / "data/records/donor",
@@ -276,7 +298,8 @@ def main() -> None:
             start = time.perf_counter()
             # TVM's models are compared on the first-measured warm-up; the uncertainty-chosen
             # one is about our model's warm-up, and selection runs choose our settings only.
-            compare = choose == "first" and args.split != "dev"
+            compare = choose == "first" and (args.tvm if args.tvm is not None
+                                             else args.split == "unseen-shape")
             result = evaluate_records(settings, str(model_dir), str(store),
                                       warmup_records=count, choose=choose,
                                       baselines=compare and name not in earlier)

@@ -115,6 +115,7 @@ class Train:
     seed: int
     rank_loss: Literal["pairwise", "listwise"] = "pairwise"
     rank_sharpness: float = 1.0
+    fast_weight: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class Finetune:
     rule: tuple[FinetuneStep, ...]
     anchor: float = 0.0
     recenter: bool = False
+    keep: Literal["best", "last"] = "best"   # the weights of the best validation NLL, or the last
 
     def step_for(self, per_workload: float) -> FinetuneStep:
         """The rule's row for a warm-up of `per_workload` records per workload."""

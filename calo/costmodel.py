@@ -109,7 +109,8 @@ class CaloCostModel(PyCostModel):
                            rank_weight=self.train.rank_weight,
                            rank_weighting=self.train.rank_weighting,
                            rank_loss=self.train.rank_loss,
-                           rank_sharpness=self.train.rank_sharpness)
+                           rank_sharpness=self.train.rank_sharpness,
+                           fast_weight=self.train.fast_weight)
                 self.anchor.pull(self.model, step.lr)
                 steps += 1
                 if steps >= self.update_steps:

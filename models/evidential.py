@@ -206,10 +206,12 @@ def nig_nll(y: Tensor, d: NIG) -> Tensor:
             + torch.lgamma(d.alpha) - torch.lgamma(d.alpha + 0.5))
 
 
-def evidential_loss(y: Tensor, d: NIG, lam: float) -> Tensor:
-    """NIG NLL plus the evidence regularizer: confident (high-evidence) errors cost more."""
+def evidential_loss(y: Tensor, d: NIG, lam: float, weight: Tensor | None = None) -> Tensor:
+    """NIG NLL plus the evidence regularizer: confident (high-evidence) errors cost more.
+    `weight`: per-sample weights (a weighted mean)."""
     evidence = 2 * d.nu + d.alpha
-    return (nig_nll(y, d) + lam * (y - d.gamma).abs() * evidence).mean()
+    loss = nig_nll(y, d) + lam * (y - d.gamma).abs() * evidence
+    return loss.mean() if weight is None else (loss * weight).sum() / weight.sum()
 
 
 def pairwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None = None,
@@ -261,10 +263,16 @@ def listwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None, sharpness:
 
 def cost_loss(y: Tensor, d: NIG, lam: float, deterministic: bool = False,
               rank_weight: float = 0.0, group: Tensor | None = None,
-              throughput: Tensor | None = None, sharpness: float | None = None) -> Tensor:
+              throughput: Tensor | None = None, sharpness: float | None = None,
+              weight: Tensor | None = None) -> Tensor:
     """The training loss of a head variant, plus an optional ranking term: pairwise, or
-    listwise when a `sharpness` is given."""
-    loss = F.mse_loss(d.gamma, y) if deterministic else evidential_loss(y, d, lam)
+    listwise when a `sharpness` is given. `weight` weighs each sample's regression loss (e.g.
+    more on the fast end, which is what a search keeps)."""
+    if deterministic:
+        loss = (d.gamma - y).pow(2)
+        loss = loss.mean() if weight is None else (loss * weight).sum() / weight.sum()
+    else:
+        loss = evidential_loss(y, d, lam, weight)
     if rank_weight and sharpness is not None:
         loss = loss + rank_weight * listwise_rank_loss(y, d.gamma, group, sharpness)
     elif rank_weight:

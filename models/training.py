@@ -75,22 +75,23 @@ class WorkloadBatches(Sampler):
 def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *, lam: float,
                rank_weight: float, rank_pairs: RankPairs = "all",
                rank_weighting: RankWeighting = "uniform", rank_loss: RankLoss = "pairwise",
-               rank_sharpness: float = 1.0) -> float:
+               rank_sharpness: float = 1.0, fast_weight: float = 0.0) -> float:
     """One optimizer step on one batch, as pre-training, fine-tuning and online updates take it.
 
     A batch without workload tags (an online update: one workload's measurements) is one group,
     its throughput relative to its own best. `rank_sharpness` (listwise) is per unit of natural
-    log latency; the loss sees standardized latencies, hence the factor y_std.
+    log latency; the loss sees standardized latencies, hence the factor y_std. `fast_weight`
+    weighs each record's regression loss by 1 + fast_weight x its normalized throughput.
     """
     model.train()
     group = batch.group if rank_pairs == "workload" and "group" in batch else None
-    throughput = None
-    if rank_weighting == "throughput":
-        throughput = (batch.throughput if "throughput" in batch
-                      else torch.exp(batch.y.min() - batch.y))
+    throughput = (batch.throughput if "throughput" in batch
+                  else torch.exp(batch.y.min() - batch.y))
     sharpness = rank_sharpness * model.y_std.item() if rank_loss == "listwise" else None
     loss = cost_loss(model.standardize(batch.y), _forward(model, batch), lam,
-                     model.deterministic, rank_weight, group, throughput, sharpness)
+                     model.deterministic, rank_weight, group,
+                     throughput if rank_weighting == "throughput" else None, sharpness,
+                     1 + fast_weight * throughput if fast_weight else None)
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -143,10 +144,12 @@ def fit(
     rank_weighting: RankWeighting = "uniform",
     rank_loss: RankLoss = "pairwise",
     rank_sharpness: float = 1.0,
+    fast_weight: float = 0.0,
     batches: Batches = "shuffled",
     workloads: Sequence[str] | None = None,
     seed: int = 0,
     anchor: float = 0.0,
+    keep: Literal["best", "last"] = "best",
     on_epoch: EpochCallback | None = None,
 ) -> dict:
     """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
@@ -154,7 +157,8 @@ def fit(
     patience=None trains all max_epochs (the fine-tune); otherwise stops after `patience` epochs
     without improvement. `workloads` names each training graph's workload: ranking within
     workloads and workload batches need them. `anchor` > 0 pulls the weights toward where they
-    started (Anchor), for fine-tunes.
+    started (Anchor), for fine-tunes. keep="last" returns the last epoch's weights instead of
+    the best validation NLL's (a fine-tune's validation set is a few records per workload).
     """
     torch.manual_seed(seed)
     train = list(train)
@@ -190,7 +194,8 @@ def fit(
         for batch in batches_of:
             loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
                               rank_pairs=rank_pairs, rank_weighting=rank_weighting,
-                              rank_loss=rank_loss, rank_sharpness=rank_sharpness)
+                              rank_loss=rank_loss, rank_sharpness=rank_sharpness,
+                              fast_weight=fast_weight)
             pull.pull(model, scheduler.get_last_lr()[0])
             scheduler.step()
             running += loss * batch.num_graphs
@@ -206,7 +211,7 @@ def fit(
             stale += 1
             if patience is not None and stale >= patience:
                 break
-    if best_state is not None:
+    if best_state is not None and keep == "best":
         model.load_state_dict(best_state)
     return {"best_val_nll": best_nll, "best_epoch": best_epoch, "epochs": len(history),
             "history": history}

@@ -221,7 +221,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
     levels = settings.calibrate.levels
 
-    finetune_s = 0.0
+    finetune_s, kept_epoch = 0.0, None
     if warm:
         trained = copy.deepcopy(trained)
         warm_graphs = graph_set(kind, warm, Progress("evaluate: warm-up graphs", len(warm),
@@ -232,8 +232,10 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         fit_set = warm_graphs.select([not v for v in is_val])
         cal_set = warm_graphs.select(is_val)
         start = time.perf_counter()
-        adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set)
+        tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set)
         finetune_s = time.perf_counter() - start
+        kept_epoch = (tuned["best_epoch"] if settings.finetune.keep == "best"
+                      else tuned["epochs"] - 1)
         if len(cal_set) >= MIN_CALIBRATION_POINTS:
             trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
                                                       levels)
@@ -277,6 +279,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         "model": label, "temperature": tau, "records": records_dir,
         "warmup_fraction": warmup_fraction, "warmup_per_workload": warmup_records,
         "warmup_choice": choose, "warmup_records": len(warm), "finetune_s": finetune_s,
+        "finetune_epoch": kept_epoch,
         "held_out_records": sum(counts.values()), "donor_records": len(donor),
         "overall": {m: _summarize(pw, calo_pooled if m == "calo" else None)
                     for m, pw in per_workload.items() if pw},

@@ -39,7 +39,7 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     trained.net.set_trainable(step.layers)
     schedule = {**dataclasses.asdict(train), "lr": step.lr, "batch_size": finetune.batch_size,
                 "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None,
-                "anchor": finetune.anchor}
+                "anchor": finetune.anchor, "keep": finetune.keep}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,

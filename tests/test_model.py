@@ -102,6 +102,28 @@ def test_an_anchored_fine_tune_stays_nearer_the_weights_it_started_from(params, 
     assert 0 < distance[200.0] < 0.5 * distance[0.0]
 
 
+def test_a_fine_tune_keeps_the_best_validation_epoch_or_the_last(params, extracted):
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
+    torch.manual_seed(0)
+    start = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=32, layers=2)
+    start.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    # Validation labels 20x slower than the training ones: the better the fit, the worse its
+    # NLL there, so the best epoch is an early one.
+    val = [copy.copy(g) for g in graphs[:12]]
+    for g in val:
+        g.y = g.y + 3.0
+    for keep in ("best", "last"):
+        model, states = copy.deepcopy(start), []
+        result = fit(model, graphs[:12], val, lr=3e-3, weight_decay=0.0, lam=1e-2,
+                     batch_size=4, max_epochs=8, warmup_epochs=0, keep=keep,
+                     on_epoch=lambda *_, m=model, s=states: s.append(
+                         copy.deepcopy(m.state_dict())))
+        epoch = result["best_epoch"] if keep == "best" else len(states) - 1
+        assert all(torch.equal(v, states[epoch][k]) for k, v in model.state_dict().items())
+        if keep == "best":
+            assert epoch < len(states) - 1
+
+
 def test_recentering_fits_a_device_three_times_slower_without_changing_the_order(
         params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs[:40]
@@ -277,3 +299,18 @@ def test_fused_relation_aggregation_equals_one_sageconv_per_relation():
     fused = segments.aggregate(h, [conv.lin_l.weight for conv in convs], root.clone())
     assert torch.allclose(fused, expected, atol=1e-6)
     assert not torch.allclose(fused, root)  # the check is not vacuous
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_fast_weights_make_the_regression_loss_a_weighted_mean(deterministic):
+    from calo.models.evidential import cost_loss
+
+    torch.manual_seed(0)
+    y = torch.randn(5)
+    d = NIG(torch.randn(5), torch.rand(5) + 0.1, torch.rand(5) + 1.1, torch.rand(5) + 0.1)
+    plain = cost_loss(y, d, 0.01, deterministic)
+    assert torch.isclose(cost_loss(y, d, 0.01, deterministic, weight=torch.full((5,), 3.0)),
+                         plain)
+    only_first = cost_loss(y, d, 0.01, deterministic, weight=torch.tensor([1.0, 0, 0, 0, 0]))
+    first = cost_loss(y[:1], NIG(*(t[:1] for t in d)), 0.01, deterministic)
+    assert torch.isclose(only_first, first) and not torch.isclose(only_first, plain)
