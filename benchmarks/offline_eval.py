@@ -11,9 +11,11 @@ trained on the warm-up records alone and on the donor records plus the warm-up.
 `--split dev` is the selection split, where settings are chosen (the unseen-shape split only
 reports): the donor pool without the unseen-shape split's operators, a third of the operators
 of each family held out (by a stable hash of the name) at every shape they have with at least
-DEV_MIN_RECORDS records, the rest the donor; warm-up 0, 8 and 32, our model alone (`--tvm`:
-TVM's too). `--split dev-shape` also holds out every second kept operator at one of its larger
-shapes: seen operators at shapes the donor lacks, as the unseen-shape split has them.
+DEV_MIN_HELD records past the largest warm-up, the rest the donor; warm-up 0, 8 and 32, our
+model alone (`--tvm`: TVM's too). `--devices cpu-generic-1core` scores the same workloads from
+that device's pool, a new device too. `--split dev-shape` also holds out every second kept
+operator at one of its larger shapes: seen operators at shapes the donor lacks, as the
+unseen-shape split has them.
 
 Warm-up sizes: records per held-out workload (the first measured, random samples), 0 being
 zero-shot; at --compare sizes the warm-up is also chosen by the donor's uncertainty
@@ -70,7 +72,7 @@ HELD_OUT_POOLS = {"cpu-host": DATA / "heldout-cpu-host.tar.gz",
 SUMMARY = ("kendall_tau", "top1", "top5")
 DEV_SHARE = 3       # dev split: every third operator of a family, in hash order, is held out
 DEV_WARMUPS = (0, 8, 32)
-DEV_MIN_RECORDS = 64  # a held-out workload keeps >= 32 candidates after the largest warm-up
+DEV_MIN_HELD = 32  # a scored workload keeps >= this many candidates after the largest warm-up
 
 
 def dev_held_out(operators: list[str]) -> set[str]:
@@ -209,11 +211,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["unseen-shape", "dev", "dev-shape"],
                         default="unseen-shape")
-    parser.add_argument("--warmups", type=int, nargs="+", default=[0, 8, 32, 96],
-                        help="warm-up records per held-out workload")
+    parser.add_argument("--warmups", type=int, nargs="+", default=None,
+                        help="warm-up records per held-out workload (default: 0 8 32 96; on "
+                             "the selection splits 0 8 32)")
     parser.add_argument("--compare", type=int, nargs="*", default=[8, 32],
                         help="warm-up sizes also chosen by uncertainty")
-    parser.add_argument("--devices", nargs="+", default=list(HELD_OUT_POOLS))
+    parser.add_argument("--devices", nargs="+", default=None, choices=list(HELD_OUT_POOLS),
+                        help="held-out devices (default: both; cpu-host on the selection "
+                             "splits, where another device scores the same workloads from its "
+                             "pool)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a params.yaml value, e.g. train.rank_weight=0")
     parser.add_argument("--donor-pool", type=Path, default=POOLS["cpu-host"],
@@ -246,27 +252,34 @@ def main() -> None:
     else:
         host = unpack(args.donor_pool, pools)
     if args.split.startswith("dev"):
-        counts = records.count_by_workload(host)
         names = {k: n for k, n in records.load_names(host).items()
                  if suite.operator(n) not in UNSEEN_OPERATORS}
         held = dev_held_out(sorted({suite.operator(n) for n in names.values()}))
         shapes = (dev_held_shapes(sorted(names.values()), held) if args.split == "dev-shape"
                   else set())
         out_of_donor = lambda n: suite.operator(n) in held or n in shapes  # noqa: E731
-        scored = {n for k, n in names.items()
-                  if out_of_donor(n) and counts.get(k, 0) >= DEV_MIN_RECORDS}
         kept = records.subset_store(host, work / "data/records/donor",
                                     lambda n: n in names.values() and not out_of_donor(n))
-        records.subset_store(host, pools / "dev-held-out", lambda n: n in scored)
-        log.info(f"{args.split} split: {len(held)} operators held out, {len(shapes)} workloads "
-                 f"of kept operators held out at their shape; {len(scored)} workloads scored")
-        held_out = {args.split: pools / "dev-held-out"}
-        runs = [(n, "first") for n in DEV_WARMUPS]
+        runs = [(n, "first") for n in args.warmups or DEV_WARMUPS]
+        least = max(n for n, _ in runs) + DEV_MIN_HELD
+        held_out = {}
+        # On the donor's device, its pool's held-out workloads; on another device, the same
+        # workloads in that device's pool (a new device too).
+        for device in args.devices or ["cpu-host"]:
+            store = host if device == "cpu-host" else unpack(POOLS[device], pools)
+            counts = records.count_by_workload(store)
+            scored = {n for k, n in records.load_names(store).items()
+                      if n in names.values() and out_of_donor(n) and counts.get(k, 0) >= least}
+            name = args.split if device == "cpu-host" else f"{args.split}-{device}"
+            held_out[name] = pools / f"{name}-held-out"
+            records.subset_store(store, held_out[name], lambda n, s=scored: n in s)
+            log.info(f"{name}: {len(held)} operators held out, {len(shapes)} workloads of kept "
+                     f"operators held out at their shape; {len(scored)} workloads scored")
     else:
         kept = records.subset_store(host, work / "data/records/donor",
                                     lambda n: suite.operator(n) not in UNSEEN_OPERATORS)
-        held_out = {d: HELD_OUT_POOLS[d] for d in args.devices}
-        runs = ([(n, "first") for n in args.warmups]
+        held_out = {d: HELD_OUT_POOLS[d] for d in args.devices or HELD_OUT_POOLS}
+        runs = ([(n, "first") for n in args.warmups or (0, 8, 32, 96)]
                 + [(n, "uncertainty") for n in args.compare])
     log.info(f"offline eval ({args.split}): donor pool {kept} records")
 
