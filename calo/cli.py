@@ -35,7 +35,7 @@ STAGES = """commands (dvc.yaml is the pipeline: `dvc dag` shows its order):
              registered model and with XGBoost, compiled three ways, outputs checked, timed
   promote    register a device's calibrated model; its alias moves only if it beats the current one
   evaluate   Kendall tau, top-1/top-5, regret, ECE, NLL, RMSE of a model on any TVM database,
-             beside TVM's XGBoost trained on the warm-up records (and on donor + warm-up)
+             beside TVM's XGBoost and MLP trained on the warm-up (and on donor + warm-up)
   run        the pipeline as a Prefect flow: the stages of dvc.yaml (of one device with --device),
              then promote, then the summary
   summary    calibration, promotion and tuning figures of the target devices
@@ -373,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, help="batch size of the inputs (default: "
                    "networks.batch)")
     p = add("evaluate", _cmd_evaluate, "score a model on any TVM JSON database, side by side "
-            "with TVM's XGBoost model", device=False)
+            "with TVM's XGBoost and MLP models", device=False)
     p.add_argument("--model", required=True,
                    help="registry alias (donor, a device name) or a saved model directory")
     p.add_argument("--records", required=True, help="TVM JSON database directory")
