@@ -187,6 +187,9 @@ def _summarize(per_workload: dict[str, dict], pooled: dict | None) -> dict:
         values = [m[key] for m in per_workload.values()
                   if m.get(key) is not None and not np.isnan(m[key])]
         overall[key] = float(np.mean(values)) if values else None
+        # Standard error of that mean over workloads: how far the workloads alone move it.
+        overall[f"{key}_se"] = (float(np.std(values, ddof=1) / np.sqrt(len(values)))
+                                if len(values) > 1 else None)
     for key in CALIBRATION:
         overall[key] = pooled[key] if pooled else None
     return overall

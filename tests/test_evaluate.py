@@ -28,6 +28,8 @@ def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
         assert -1 <= metrics["kendall_tau"] <= 1
     assert report["overall"]["calo"]["ece"] >= 0 and report["overall"]["xgb"]["ece"] is None
     assert set(report["per_workload"]) == {"mm-64", "mm-relu-32x64"}
+    top1 = [report["per_workload"][w]["calo"]["top1"] for w in ("mm-64", "mm-relu-32x64")]
+    assert report["overall"]["calo"]["top1_se"] == pytest.approx(abs(top1[0] - top1[1]) / 2)
     # TVM's MLPModel holds out a fifth of the workloads to train: two are too few, and it says so
     assert "5 or more workloads" in report["not_run"]["mlp_donor"]
     table = capsys.readouterr().err
