@@ -227,6 +227,8 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
         for method, build in variants.items():
             values, mean_curve = [], np.zeros(args.budget)
             seeds = args.seeds if method in MAIN else args.ablation_seeds
+            if not seeds:  # --ablation-seeds 0: the main comparison only
+                continue
             for seed in range(seeds):
                 curve, spent = replay_run(build(seed), cands, latencies, ctx, seed,
                                           args.batch, args.budget)
