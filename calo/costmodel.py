@@ -118,7 +118,7 @@ class CaloCostModel(PyCostModel):
         self.model.eval()
 
     def featurize(self, context, candidates) -> list[ScheduleGraph]:
-        return of_candidates(self.trained.graph_kind, context, candidates,
+        return of_candidates(self.trained.graph_kind, context.mod, context.target, candidates,
                              self.trained.reads_stores)
 
     @torch.inference_mode()

@@ -38,21 +38,17 @@ def schema(kind: str) -> tuple[list[str], list[str]]:
 def of_record(kind: str, record, stores: bool = False) -> ScheduleGraph:
     """The graph of a TuningRecord's scheduled program (its trace replayed on its workload),
     with TVM's per-store features if `stores`."""
-    candidate = record.as_measure_candidate()
-    graph = _module(kind).extract_graph(candidate.sch.mod["main"])
-    if stores:
-        graph.stores = store_features.of_candidates(record.workload.mod, record.target,
-                                                    [candidate])[0]
-    return graph
+    return of_candidates(kind, record.workload.mod, record.target,
+                         [record.as_measure_candidate()], stores)[0]
 
 
-def of_candidates(kind: str, context, candidates: list, stores: bool = False
+def of_candidates(kind: str, mod, target, candidates: list, stores: bool = False
                   ) -> list[ScheduleGraph]:
-    """Graphs of a search's candidates of one workload (context: its TuneContext)."""
+    """Graphs of MeasureCandidates of one workload (mod) on target, with TVM's per-store
+    features if `stores` (extracted in one call for all of them)."""
     graphs = [_module(kind).extract_graph(c.sch.mod["main"]) for c in candidates]
     if stores:
-        for graph, rows in zip(graphs, store_features.of_candidates(context.mod, context.target,
-                                                                     candidates)):
+        for graph, rows in zip(graphs, store_features.of_candidates(mod, target, candidates)):
             graph.stores = rows
     return graphs
 

@@ -210,7 +210,10 @@ def evidential_loss(y: Tensor, d: NIG, lam: float, weight: Tensor | None = None)
     """NIG NLL plus the evidence regularizer: confident (high-evidence) errors cost more.
     `weight`: per-sample weights (a weighted mean)."""
     evidence = 2 * d.nu + d.alpha
-    loss = nig_nll(y, d) + lam * (y - d.gamma).abs() * evidence
+    return _mean(nig_nll(y, d) + lam * (y - d.gamma).abs() * evidence, weight)
+
+
+def _mean(loss: Tensor, weight: Tensor | None) -> Tensor:
     return loss.mean() if weight is None else (loss * weight).sum() / weight.sum()
 
 
@@ -268,11 +271,8 @@ def cost_loss(y: Tensor, d: NIG, lam: float, deterministic: bool = False,
     """The training loss of a head variant, plus an optional ranking term: pairwise, or
     listwise when a `sharpness` is given. `weight` weighs each sample's regression loss (e.g.
     more on the fast end, which is what a search keeps)."""
-    if deterministic:
-        loss = (d.gamma - y).pow(2)
-        loss = loss.mean() if weight is None else (loss * weight).sum() / weight.sum()
-    else:
-        loss = evidential_loss(y, d, lam, weight)
+    loss = (_mean((d.gamma - y).pow(2), weight) if deterministic
+            else evidential_loss(y, d, lam, weight))
     if rank_weight and sharpness is not None:
         loss = loss + rank_weight * listwise_rank_loss(y, d.gamma, group, sharpness)
     elif rank_weight:

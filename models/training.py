@@ -213,8 +213,9 @@ def fit(
                 break
     if best_state is not None and keep == "best":
         model.load_state_dict(best_state)
-    return {"best_val_nll": best_nll, "best_epoch": best_epoch, "epochs": len(history),
-            "history": history}
+    kept = best_epoch if keep == "best" and best_state is not None else len(history) - 1
+    return {"best_val_nll": best_nll, "best_epoch": best_epoch, "kept_epoch": kept,
+            "epochs": len(history), "history": history}
 
 
 @torch.no_grad()

@@ -237,8 +237,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         start = time.perf_counter()
         tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set)
         finetune_s = time.perf_counter() - start
-        kept_epoch = (tuned["best_epoch"] if settings.finetune.keep == "best"
-                      else tuned["epochs"] - 1)
+        kept_epoch = tuned["kept_epoch"]
         if len(cal_set) >= MIN_CALIBRATION_POINTS:
             trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
                                                       levels)

@@ -179,8 +179,8 @@ def test_per_store_features_run_extract_pretrain_save_and_search_prediction(
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "records").symlink_to(paths.records_dir(DONOR).resolve().parent)
     monkeypatch.chdir(tmp_path)
+    extract(params, DONOR)
     with pytest.raises(CaloError, match="without per-store features"):
-        extract(params, DONOR)
         load_graphs(paths.graphs_path(DONOR), "schedule", stores=True)
     extract(with_stores, DONOR)
     saved = load_graphs(paths.graphs_path(DONOR), "schedule", stores=True)

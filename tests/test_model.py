@@ -119,6 +119,7 @@ def test_a_fine_tune_keeps_the_best_validation_epoch_or_the_last(params, extract
                      on_epoch=lambda *_, m=model, s=states: s.append(
                          copy.deepcopy(m.state_dict())))
         epoch = result["best_epoch"] if keep == "best" else len(states) - 1
+        assert result["kept_epoch"] == epoch
         assert all(torch.equal(v, states[epoch][k]) for k, v in model.state_dict().items())
         if keep == "best":
             assert epoch < len(states) - 1
