@@ -73,9 +73,12 @@ GRAPHS: dict[int, tuple] = {}
 class CachedCalo(CaloCostModel):
     """Replay scores the same pool candidates in every round and run: graphs are built once."""
 
-    def featurize(self, context, candidates):
+    def featurize(self, context, candidates, stores=None):
         missing = [c for c in candidates if id(c) not in GRAPHS]
-        for cand, graph in zip(missing, super().featurize(context, missing)):
+        # Cached with store rows whenever a correction may read them, now or after an update.
+        every = super().featurize(context, missing,
+                                  self.trained.needs_stores or self.finetune.corrects)
+        for cand, graph in zip(missing, every):
             GRAPHS[id(cand)] = (cand, graph)
         return [GRAPHS[id(c)][1] for c in candidates]
 

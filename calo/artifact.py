@@ -2,9 +2,10 @@
 
 On disk it is a directory of two files, `weights.pt` (a state dict, standardization included,
 loaded with `weights_only=True`: nothing unpickles code) and `model.json` (the configuration,
-the graph schema it reads and the calibration temperature). The pipeline's stages, the MLflow
-registry, `calo evaluate`, the benchmarks and the Meta-Schedule cost model all save and load it
-here.
+the graph schema it reads and the calibration temperature), and a third, `correction.json`,
+when a fine-tune fitted a residual correction (calo.correction; XGBoost's own JSON format).
+The pipeline's stages, the MLflow registry, `calo evaluate`, the benchmarks and the
+Meta-Schedule cost model all save and load it here.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import torch
 
 from calo import config as cfg
 from calo import paths, store_features
+from calo.correction import Corrector
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError, reason
 from calo.graphs import schema
 from calo.models.evidential import EvidentialSAGE
 
-WEIGHTS, CONFIG = "weights.pt", "model.json"
+WEIGHTS, CONFIG, CORRECTION = "weights.pt", "model.json", "correction.json"
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class TrainedModel:
     config: ModelConfig
     temperature: float = 1.0        # served variance = temperature^2 * variance
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # lineage: donor, records
+    correction: Corrector | None = None  # the device's residual correction, if fitted
 
     @classmethod
     def new(cls, settings: cfg.Settings) -> TrainedModel:
@@ -79,6 +82,11 @@ class TrainedModel:
     def reads_stores(self) -> bool:
         return self.config.stores > 0
 
+    @property
+    def needs_stores(self) -> bool:
+        """Its inputs include TVM's per-store features (the network's or the correction's)."""
+        return self.reads_stores or self.correction is not None
+
     def save(self, path: Path) -> Path:
         """Write both files; a file of a previous model at path is replaced whole."""
         path.mkdir(parents=True, exist_ok=True)
@@ -88,11 +96,17 @@ class TrainedModel:
             tmp = path / f".{name}.tmp"
             write(tmp)
             tmp.replace(path / name)
+        if self.correction is None:
+            (path / CORRECTION).unlink(missing_ok=True)
+        else:
+            tmp = path / f".{CORRECTION}.tmp.json"  # XGBoost picks the format by suffix
+            self.correction.save(tmp)
+            tmp.replace(path / CORRECTION)
         return path
 
     def describe(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self.config), "temperature": self.temperature,
-                "info": self.info}
+                "correction": self.correction is not None, "info": self.info}
 
     @classmethod
     def load(cls, path: Path) -> TrainedModel:
@@ -117,7 +131,14 @@ class TrainedModel:
             raise CaloError(f"{path / WEIGHTS} does not hold this model's weights: "
                             f"{reason(err)[:160]}") from None
         net.eval()
-        return cls(net, config, temperature, dict(blob.get("info", {})))
+        correction = None
+        if blob.get("correction"):
+            try:
+                correction = Corrector.load(path / CORRECTION)
+            except Exception as err:  # missing, or not an XGBoost model
+                raise CaloError(f"{path / CORRECTION} does not hold this model's correction: "
+                                f"{reason(err)[:160]}") from None
+        return cls(net, config, temperature, dict(blob.get("info", {})), correction)
 
 
 def load_with_graphs(device: str, model_dir: Path, made_by: str) -> tuple[TrainedModel, GraphSet]:
@@ -127,4 +148,4 @@ def load_with_graphs(device: str, model_dir: Path, made_by: str) -> tuple[Traine
         raise CaloError(f"no model for '{device}' in {model_dir}: run `calo {made_by}` first")
     trained = TrainedModel.load(model_dir)
     return trained, load_graphs(paths.graphs_path(device), trained.graph_kind,
-                                trained.reads_stores)
+                                trained.needs_stores)

@@ -131,6 +131,18 @@ class FinetuneStep:
     layers: Layers
     epochs: int
     lr: float
+    correction: int = 0  # boosting rounds of the residual correction (calo.correction); 0: none
+
+
+@dataclass(frozen=True)
+class Correction:
+    """The boosted residual correction's trees (calo.correction); the rule gives the rounds."""
+
+    depth: int = 3
+    lr: float = 0.1
+    min_child_weight: float = 2.0
+    subsample: float = 0.8     # of the records per tree, and of the features
+    threads: int = 2
 
 
 @dataclass(frozen=True)
@@ -140,6 +152,12 @@ class Finetune:
     anchor: float = 0.0
     recenter: bool = False
     keep: Literal["best", "last"] = "best"   # the weights of the best validation NLL, or the last
+    correction: Correction = Correction()
+
+    @property
+    def corrects(self) -> bool:
+        """Some warm-up size gets a residual correction (calo.correction)."""
+        return any(step.correction > 0 for step in self.rule)
 
     def step_for(self, per_workload: float) -> FinetuneStep:
         """The rule's row for a warm-up of `per_workload` records per workload."""
@@ -238,6 +256,11 @@ class Settings:
                             f"`calo workloads` lists the suite)")
         return Workload(name=name, op=found[0], args=found[1])
 
+    def extracts_stores(self, device: str) -> bool:
+        """A device's graphs carry TVM's per-store features: the model reads them, or, on a
+        target device, the fine-tune's residual correction does."""
+        return self.graph.stores or (device in self.targets and self.finetune.corrects)
+
     def workloads_named(self, names: typing.Iterable[str]) -> list[Workload]:
         return [self.workload(n) for n in names]
 
@@ -301,6 +324,13 @@ def _check_references(s: Settings, where: str) -> None:
             set(bounds[:-1])):
         raise CaloError(f"{where}: finetune.rule must list rows by increasing up_to, the last "
                         f"with up_to: null (any warm-up size), got up_to {bounds}")
+    if any(step.correction < 0 for step in s.finetune.rule):
+        raise CaloError(f"{where}: finetune.rule: correction is a number of boosting rounds, "
+                        ">= 0")
+    c = s.finetune.correction
+    if c.depth < 1 or c.lr <= 0 or not 0 < c.subsample <= 1 or c.threads < 1:
+        raise CaloError(f"{where}: finetune.correction needs depth >= 1, lr > 0, subsample in "
+                        f"(0, 1] and threads >= 1, got {c}")
     if not (0 <= s.split.val and 0 <= s.split.test and s.split.val + s.split.test < 1):
         raise CaloError(f"{where}: split.val and split.test must be >= 0 and leave some "
                         f"records for training, got {s.split.val} and {s.split.test}")

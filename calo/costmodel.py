@@ -19,6 +19,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from calo import config as cfg
 from calo.artifact import TrainedModel
+from calo.correction import fit_residuals
 from calo.dataset import collate, to_data
 from calo.graphs import of_candidates
 from calo.models.training import Anchor, loader, recenter, train_step
@@ -75,6 +76,7 @@ class CaloCostModel(PyCostModel):
         loaded = TrainedModel.load(Path(path))
         self.model.load_state_dict(loaded.net.state_dict())
         self.trained.temperature = loaded.temperature
+        self.trained.correction = loaded.correction
         state_file = Path(path) / ONLINE_STATE
         if state_file.is_file():
             state = torch.load(state_file, weights_only=True)
@@ -85,7 +87,9 @@ class CaloCostModel(PyCostModel):
         """Learn from the round's measurements with a bounded number of gradient steps."""
         secs = [latency_of(res) if res.error_msg is None else None for res in results]
         ok = [(cand, s) for cand, s in zip(candidates, secs) if s is not None]
-        graphs = self.featurize(context, [cand for cand, _ in ok])
+        # Measured candidates keep their store rows where the rule refits a correction.
+        graphs = self.featurize(context, [cand for cand, _ in ok],
+                                self.trained.needs_stores or self.finetune.corrects)
         self.measured += [to_data(g, math.log(secs)) for g, (_, secs) in zip(graphs, ok)]
         self.round += 1
         if not self.measured or self.update_steps <= 0:
@@ -116,18 +120,27 @@ class CaloCostModel(PyCostModel):
                 if steps >= self.update_steps:
                     break
         self.model.eval()
+        if step.correction > 0:  # refitted to this search's records; else the fine-tune's
+            self.trained.correction = fit_residuals(self.model, self.finetune.correction,
+                                                    step.correction, self.measured,
+                                                    self.train.seed)
 
-    def featurize(self, context, candidates) -> list[ScheduleGraph]:
+    def featurize(self, context, candidates, stores: bool | None = None
+                  ) -> list[ScheduleGraph]:
+        """Graphs of candidates, with per-store features where the model (or `stores`) asks."""
         return of_candidates(self.trained.graph_kind, context.mod, context.target, candidates,
-                             self.trained.reads_stores)
+                             self.trained.needs_stores if stores is None else stores)
 
     @torch.inference_mode()
     def predict(self, context, candidates) -> np.ndarray:
         if not candidates:
             return np.zeros(0, dtype=np.float64)
         self.model.eval()
-        d = self.model.to_log_latency(self.model(*collate(self.featurize(context, candidates))))
+        graphs = self.featurize(context, candidates)
+        d = self.model.to_log_latency(self.model(*collate(graphs)))
         d = d.scaled(self.temperature)
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
+        if self.trained.correction is not None:
+            bound += self.trained.correction.shift([g.stores for g in graphs])
         return np.exp(-(bound - bound.min()))
 

@@ -134,7 +134,7 @@ def save_graphs(path: Path, graphs: GraphSet) -> None:
 
 def load_graphs(path: Path, kind: str, stores: bool = False) -> GraphSet:
     """The graphs at path, which must be of the kind the reader's model expects (and carry
-    per-store features if it reads them)."""
+    per-store features if it reads them: `stores`; they are loaded wherever present)."""
     if not path.is_file():
         raise CaloError(f"no graphs at {path}: run `calo extract` for this device first")
     blob = torch.load(path, weights_only=True)
@@ -144,12 +144,12 @@ def load_graphs(path: Path, kind: str, stores: bool = False) -> GraphSet:
                         "graph.kind")
     spread = blob.get("spread", torch.full((len(blob["y"]),), float("nan")))
     if stores and blob.get("stores") is None:
-        raise CaloError(f"{path} holds graphs without per-store features but the model reads "
-                        "them: re-run `calo extract` (and pretrain) after setting graph.stores")
+        raise CaloError(f"{path} holds graphs without per-store features, which the model "
+                        "(graph.stores) or its residual correction (finetune.rule) reads: re-run "
+                        "`calo extract` with these params.yaml")
     graphs = [Data(x=x, edge_index=e, edge_type=t, y=y.reshape(1), spread=s.reshape(1))
               for x, e, t, y, s in zip(blob["x"], blob["edge_index"], blob["edge_type"],
                                        blob["y"], spread)]
-    if stores:
-        for data, rows in zip(graphs, blob["stores"]):
-            data.store_rows = rows
+    for data, rows in zip(graphs, blob.get("stores") or ()):
+        data.store_rows = rows
     return GraphSet(graphs, list(blob["workload"]), list(blob["record"]), kind)

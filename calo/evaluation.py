@@ -6,18 +6,29 @@ import numpy as np
 from scipy import stats
 
 from calo.config import Split
+from calo.correction import Corrector
 from calo.dataset import GraphSet, split_of
+from calo.errors import CaloError
 from calo.models import calibration as cal
 from calo.models.calibration import confidence_levels, regression_ece, student_t_nll
 from calo.models.evidential import NIG, EvidentialSAGE
 from calo.models.training import predict
 
 
-def predictive(model: EvidentialSAGE, graphs: GraphSet, tau: float = 1.0) -> tuple:
-    """(y, mean, t-scale, df) as numpy arrays, log-seconds, with the temperature applied."""
+def predictive(model: EvidentialSAGE, graphs: GraphSet, tau: float = 1.0,
+               correction: Corrector | None = None) -> tuple:
+    """(y, mean, t-scale, df) as numpy arrays, log-seconds, with the temperature (and the
+    residual correction's shift of the mean) applied."""
     d: NIG = predict(model, graphs.graphs).scaled(tau)
     y = np.array([g.y.item() for g in graphs.graphs])
-    return y, d.gamma.numpy(), d.t_scale.numpy(), d.df.numpy()
+    mu = d.gamma.numpy()
+    if correction is not None:
+        if graphs.graphs and "store_rows" not in graphs.graphs[0]:
+            raise CaloError("the model's residual correction reads per-store features these "
+                            "graphs lack: re-run `calo extract` with the params.yaml that "
+                            "fitted it")
+        mu = mu + correction.shift([g.store_rows for g in graphs.graphs])
+    return y, mu, d.t_scale.numpy(), d.df.numpy()
 
 
 def mean_kendall_tau(y: np.ndarray, mu: np.ndarray, groups: list[str]) -> float:
@@ -32,10 +43,11 @@ def mean_kendall_tau(y: np.ndarray, mu: np.ndarray, groups: list[str]) -> float:
     return float(np.mean(taus)) if taus else float("nan")
 
 
-def evaluate(model: EvidentialSAGE, graphs: GraphSet, levels: int, tau: float = 1.0) -> dict:
+def evaluate(model: EvidentialSAGE, graphs: GraphSet, levels: int, tau: float = 1.0,
+             correction: Corrector | None = None) -> dict:
     if len(graphs) == 0:
         return {"count": 0}
-    y, mu, scale, df = predictive(model, graphs, tau)
+    y, mu, scale, df = predictive(model, graphs, tau, correction)
     return {"count": len(graphs), **calibration(y, mu, scale, df, levels),
             "kendall_tau": mean_kendall_tau(y, mu, graphs.workload)}
 
@@ -64,7 +76,7 @@ def calibration(y: np.ndarray, mu: np.ndarray, scale: np.ndarray, df: np.ndarray
 
 
 def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
-                        levels: int) -> float:
+                        levels: int, correction: Corrector | None = None) -> float:
     """A temperature for these held-out graphs that never makes calibration worse: the graphs
     are cut into two folds by workload (by record, for one workload), a temperature fitted on
     each fold must keep NLL and ECE of the other at least as good as `current`'s."""
@@ -79,5 +91,6 @@ def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
     a, b = graphs.select([not f for f in fold]), graphs.select(fold)
     if not len(a) or not len(b):
         return current
-    return cal.checked_temperature(predictive(model, a), predictive(model, b), current,
+    return cal.checked_temperature(predictive(model, a, correction=correction),
+                                   predictive(model, b, correction=correction), current,
                                    confidence_levels(levels))

@@ -1,8 +1,8 @@
 """The MLflow side: tracking runs per stage, and the `calo-gnn` model registry.
 
-A registry version is a model artifact (calo.artifact: weights + model.json) logged by the run
-that registered it, with tags a program reads and a description a person reads. Aliases name
-the model in use: `donor`, and one per target device.
+A registry version is a model artifact (calo.artifact: weights, model.json and a correction
+where fitted) logged by the run that registered it, with tags a program reads and a description
+a person reads. Aliases name the model in use: `donor`, and one per target device.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from calo import paths
-from calo.artifact import CONFIG, WEIGHTS, TrainedModel
+from calo.artifact import CONFIG, CORRECTION, WEIGHTS, TrainedModel
 from calo.config import Settings
 from calo.errors import CaloError, reason
 
@@ -47,8 +47,9 @@ def start_run(settings: Settings, experiment: str, run_name: str):
 def artifact_digest(model_dir: Path) -> str:
     """Content hash of a model artifact: the same model is never registered twice."""
     digest = hashlib.sha256()
-    for name in (WEIGHTS, CONFIG):
-        digest.update((model_dir / name).read_bytes())
+    for name in (WEIGHTS, CONFIG, CORRECTION):
+        if (model_dir / name).is_file():
+            digest.update((model_dir / name).read_bytes())
     return digest.hexdigest()[:16]
 
 

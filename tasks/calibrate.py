@@ -24,7 +24,7 @@ from calo.plots import reliability_diagram
 def _reliability(device: str, trained: TrainedModel, graphs: GraphSet, tau: float, levels: int):
     """Reliability diagram of held-out probes before and after the temperature: PNG + data."""
     levels = confidence_levels(levels)
-    y, mu, scale, df = predictive(trained.net, graphs)
+    y, mu, scale, df = predictive(trained.net, graphs, correction=trained.correction)
     before, after = coverage(y, mu, scale, df, levels), coverage(y, mu, scale * tau, df, levels)
     base = paths.metrics_path("calibration", device)
     png = reliability_diagram(base.with_name(f"{device}-reliability.png"), levels,
@@ -51,11 +51,11 @@ def _calibrate(settings: cfg.Settings, device: str) -> dict:
         raise CaloError(f"device '{device}' has too few validation graphs ({len(val)})")
     levels = settings.calibrate.levels
     before_tau = trained.temperature
-    tau = checked_temperature(trained.net, val, before_tau, levels)
+    tau = checked_temperature(trained.net, val, before_tau, levels, trained.correction)
     report: dict = {"temperature": tau, "kept_previous": float(tau == before_tau)}
     for name, part in (("val", val), ("test", test)):
-        before = evaluate(trained.net, part, levels, before_tau)
-        after = evaluate(trained.net, part, levels, tau)
+        before = evaluate(trained.net, part, levels, before_tau, trained.correction)
+        after = evaluate(trained.net, part, levels, tau, trained.correction)
         for key in ("ece", "nll"):
             if key in before:
                 report[f"{name}_{key}_before"] = before[key]

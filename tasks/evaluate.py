@@ -224,11 +224,12 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
     levels = settings.calibrate.levels
 
-    finetune_s, kept_epoch = 0.0, None
+    finetune_s, kept_epoch, rounds = 0.0, None, 0
     if warm:
         trained = copy.deepcopy(trained)
         warm_graphs = graph_set(kind, warm, Progress("evaluate: warm-up graphs", len(warm),
-                                                     "records").advance, stores)
+                                                     "records").advance,
+                                stores or settings.finetune.corrects)
         fractions = cfg.Split(val=settings.split.val, test=0.0)
         is_val = [split_of(w, r, fractions) == "val"
                   for w, r in zip(warm_graphs.workload, warm_graphs.record)]
@@ -237,10 +238,11 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         start = time.perf_counter()
         tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set)
         finetune_s = time.perf_counter() - start
-        kept_epoch = tuned["kept_epoch"]
+        kept_epoch, rounds = tuned["kept_epoch"], tuned["config"]["correction_rounds"]
         if len(cal_set) >= MIN_CALIBRATION_POINTS:
             trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
-                                                      levels)
+                                                      levels, trained.correction)
+        stores = trained.needs_stores
     model, tau = trained.net, trained.temperature
 
     donor_store = paths.records_dir(settings.donor)
@@ -261,7 +263,8 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     for name, group in held.items():
         latency = np.array([r.latency for r in group])
         counts[name] = len(group)
-        y, mu, scale, df = predictive(model, graph_set(kind, group, progress.advance, stores), tau)
+        y, mu, scale, df = predictive(model, graph_set(kind, group, progress.advance, stores),
+                                      tau, trained.correction)
         pooled.append((y, mu, scale, df))
         cands = [r.record.as_measure_candidate() for r in group]
         scores = {"calo": mu, **{which: -np.asarray(baseline.predict(_context(group[0]), cands))
@@ -281,7 +284,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         "model": label, "temperature": tau, "records": records_dir,
         "warmup_fraction": warmup_fraction, "warmup_per_workload": warmup_records,
         "warmup_choice": choose, "warmup_records": len(warm), "finetune_s": finetune_s,
-        "finetune_epoch": kept_epoch,
+        "finetune_epoch": kept_epoch, "correction_rounds": rounds,
         "held_out_records": sum(counts.values()), "donor_records": len(donor),
         "overall": {m: _summarize(pw, calo_pooled if m == "calo" else None)
                     for m, pw in per_workload.items() if pw},

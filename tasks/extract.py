@@ -19,7 +19,8 @@ def extract(settings: cfg.Settings, device: str) -> dict:
     if not measured:
         raise CaloError(f"no successful measurements in {store}: run `calo harvest` first")
     progress = Progress(f"extract {device}", len(measured), "graphs")
-    graphs = graph_set(settings.graph.kind, measured, progress.advance, settings.graph.stores)
+    graphs = graph_set(settings.graph.kind, measured, progress.advance,
+                       settings.extracts_stores(device))
     save_graphs(paths.graphs_path(device), graphs)
     summary = {"device": device, "graphs": len(measured), "kind": settings.graph.kind,
                "failed_records_skipped": len(recs) - len(measured)}

@@ -13,6 +13,7 @@ import mlflow
 from calo import config as cfg
 from calo import locks, paths, registry
 from calo.artifact import TrainedModel
+from calo.correction import fit_residuals
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import evaluate
@@ -42,7 +43,10 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
                 "anchor": finetune.anchor, "keep": finetune.keep}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
+    trained.correction = fit_residuals(trained.net, finetune.correction, step.correction,
+                                       graphs.graphs, train.seed)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
+                                 "correction_rounds": step.correction,
                                  "warmup_per_workload": graphs.per_workload()}}
 
 
@@ -55,7 +59,8 @@ def finetune(settings: cfg.Settings, device: str) -> dict:
 def _finetune(settings: cfg.Settings, device: str) -> dict:
     settings.target_device(device)
     trained = load_donor(settings)
-    graphs = load_graphs(paths.graphs_path(device), trained.graph_kind, trained.reads_stores)
+    graphs = load_graphs(paths.graphs_path(device), trained.graph_kind,
+                         settings.extracts_stores(device))
     train, val = (graphs.split(s, settings.split) for s in ("train", "val"))
     train, noisy = train.steady(settings.labels.max_spread)
     if len(train) < 2:
@@ -70,7 +75,7 @@ def _finetune(settings: cfg.Settings, device: str) -> dict:
                            "warmup_graphs": len(train), "noisy_dropped": noisy})
         # The donor's temperature was fitted to the donor: calibrate fits this model's own.
         trained.temperature = 1.0
-        after = evaluate(trained.net, val, levels)
+        after = evaluate(trained.net, val, levels, correction=trained.correction)
         metrics = {**{f"zero_shot_val_{k}": v for k, v in before.items()},
                    **{f"val_{k}": v for k, v in after.items()}}
         mlflow.log_metrics(metrics)

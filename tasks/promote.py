@@ -22,7 +22,7 @@ from calo.log import get_logger
 
 
 def held_out_score(trained: TrainedModel, probes: GraphSet, levels: int) -> dict:
-    scores = evaluate(trained.net, probes, levels, trained.temperature)
+    scores = evaluate(trained.net, probes, levels, trained.temperature, trained.correction)
     return {"nll": scores["nll"], "kendall_tau": scores["kendall_tau"]}
 
 

@@ -84,6 +84,21 @@ def workdir(tmp_path_factory) -> Path:
     os.chdir(old)
 
 
+def search_batch(device: str, count: int) -> tuple:
+    """(context, candidates, runner results, records): the first `count` measured records of
+    one workload of a device's store, as a search round hands them to a cost model."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from calo.paths import records_dir
+    from calo.records import iter_records
+
+    recs = [r for r in iter_records(records_dir(device)) if r.latency is not None]
+    group = [r for r in recs if r.workload_name == recs[0].workload_name][:count]
+    context = ms.TuneContext(mod=group[0].record.workload.mod, target=group[0].record.target)
+    return (context, [r.record.as_measure_candidate() for r in group],
+            [ms.runner.RunnerResult(r.record.run_secs, None) for r in group], group)
+
+
 def with_devices(params, harvest: dict | None = None, **devices: dict):
     """The session's settings plus extra devices (and harvest settings), for one test."""
     return params.override({**{f"devices.{name}": spec for name, spec in devices.items()},

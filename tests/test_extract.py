@@ -21,7 +21,7 @@ from calo.schedule_graph import (
 )
 from calo.tasks.extract import extract
 from calo.tasks.pretrain import donor_splits, train_on_donor
-from tests.conftest import DONOR
+from tests.conftest import DONOR, search_batch
 
 COL = {name: i for i, name in enumerate(FEATURES)}
 
@@ -169,7 +169,6 @@ def test_the_ast_kind_runs_extract_pretrain_and_prediction(params, harvested, tm
 
 def test_per_store_features_run_extract_pretrain_save_and_search_prediction(
         params, harvested, tmp_path, monkeypatch):
-    from tvm.s_tir import meta_schedule as ms
 
     from calo import store_features
     from calo.artifact import TrainedModel
@@ -192,14 +191,11 @@ def test_per_store_features_run_extract_pretrain_save_and_search_prediction(
     loaded = TrainedModel.load(trained.save(tmp_path / "model"))
     assert loaded.config.stores == store_features.NUM_FEATURES
     # The search's path: candidates of one workload, featurized together, scored and learned.
-    recs = [r for r in iter_records(paths.records_dir(DONOR)) if r.latency is not None]
-    group = [r for r in recs if r.workload_name == recs[0].workload_name][:6]
-    context = ms.TuneContext(mod=group[0].record.workload.mod, target=group[0].record.target)
-    cands = [r.record.as_measure_candidate() for r in group]
+    context, cands, results, group = search_batch(DONOR, 6)
     model = CaloCostModel.from_settings(loaded, with_stores, constant_kappa=0.0)  # mean only
     scores = model.predict(context, cands)
     assert scores.shape == (6,) and np.isfinite(scores).all()
     mu = predict(loaded.net, graphs.graph_set("schedule", group, stores=True).graphs).gamma
     assert np.allclose(np.argsort(-scores), np.argsort(mu.numpy()))
-    model.update(context, cands, [ms.runner.RunnerResult(r.record.run_secs, None) for r in group])
+    model.update(context, cands, results)
     assert np.isfinite(model.predict(context, cands)).all()

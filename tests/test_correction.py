@@ -1,0 +1,94 @@
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from calo import paths
+from calo.artifact import CONFIG, CORRECTION, TrainedModel
+from calo.costmodel import CaloCostModel
+from calo.dataset import collate, load_graphs
+from calo.errors import CaloError
+from calo.evaluation import predictive
+from calo.tasks.extract import extract
+from calo.tasks.finetune import adapt
+from tests.conftest import DONOR, TARGET, search_batch
+
+RULE = [{"up_to": None, "layers": "head", "epochs": 1, "lr": 1.0e-3, "correction": 30}]
+
+
+@pytest.fixture
+def corrected(params, pretrained, tmp_path, monkeypatch):
+    """The donor adapted to the target's records with a residual correction, in tmp_path."""
+    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
+    settings = params.override({"finetune.rule": RULE})
+    assert settings.extracts_stores(TARGET) and not params.graph.stores
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "records").symlink_to(paths.records_dir(TARGET).resolve().parent)
+    monkeypatch.chdir(tmp_path)
+    extract(settings, TARGET)
+    graphs = load_graphs(paths.graphs_path(TARGET), "schedule")
+    adapted = copy.deepcopy(donor)
+    adapt(adapted, settings.finetune, settings.train, graphs, graphs)
+    return settings, adapted, graphs
+
+
+def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
+    settings, adapted, graphs = corrected
+    assert adapted.correction is not None and adapted.needs_stores
+    y, plain, _, _ = predictive(adapted.net, graphs)
+    _, shifted, _, _ = predictive(adapted.net, graphs, correction=adapted.correction)
+    # Fitted to these residuals, it must explain part of them.
+    assert np.mean((y - shifted) ** 2) < 0.9 * np.mean((y - plain) ** 2)
+    loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
+    assert json.loads((tmp_path / "model" / CONFIG).read_text())["correction"] is True
+    assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
+    adapted.correction = None  # a model without one leaves no stale file behind
+    assert TrainedModel.load(adapted.save(tmp_path / "model")).correction is None
+    assert not (tmp_path / "model" / CORRECTION).exists()
+
+
+def test_a_damaged_correction_is_refused_in_one_line(corrected, tmp_path):
+    _, adapted, _ = corrected
+    adapted.save(tmp_path / "model")
+    (tmp_path / "model" / CORRECTION).write_text("{not json")
+    with pytest.raises(CaloError, match=f"{CORRECTION} does not hold this model's correction"):
+        TrainedModel.load(tmp_path / "model")
+
+
+def test_the_search_scores_with_the_correction_and_refits_it_on_its_measurements(corrected):
+    settings, adapted, _ = corrected
+    context, cands, results, _ = search_batch(TARGET, 8)
+    model = CaloCostModel.from_settings(adapted, settings, constant_kappa=0.0)  # mean only
+    graphs = model.featurize(context, cands)
+    with torch.no_grad():
+        mu = model.model.to_log_latency(model.model(*collate(graphs))).gamma.numpy()
+    mu = mu + adapted.correction.shift([g.stores for g in graphs])
+    assert np.allclose(np.argsort(-model.predict(context, cands)), np.argsort(mu))
+    fitted = adapted.correction
+    model.update(context, cands, results)
+    assert model.trained.correction is not fitted  # the rule's row asks for one: refitted
+    assert all(g.store_rows is not None for g in model.measured)
+    assert np.isfinite(model.predict(context, cands)).all()
+
+
+def test_negative_correction_rounds_are_refused(params):
+    with pytest.raises(CaloError, match="correction is a number of boosting rounds"):
+        params.override({"finetune.rule": [{**RULE[0], "correction": -1}]})
+
+
+def test_evaluate_fits_the_correction_its_rule_names_and_scores_with_it(params, pretrained):
+    from calo.tasks.evaluate import evaluate_records
+
+    donor = str(paths.model_dir(DONOR).resolve())
+    report = evaluate_records(params.override({"finetune.rule": RULE}), donor,
+                              str(paths.records_dir(TARGET)), warmup_records=5,
+                              baselines=False)
+    plain = evaluate_records(params.override({"finetune.rule": [{**RULE[0], "correction": 0}]}),
+                             donor, str(paths.records_dir(TARGET)), warmup_records=5,
+                             baselines=False)
+    assert report["correction_rounds"] == 30 and plain["correction_rounds"] == 0
+    assert report["held_out_records"] == plain["held_out_records"]
+    # Same network (one epoch, same seed): only the correction moves the predicted means.
+    assert report["overall"]["calo"]["rmse"] != plain["overall"]["calo"]["rmse"]
