@@ -42,8 +42,9 @@ CALLS: dict[str, int] = defaultdict(int)
 
 
 def timed(cls: type, name: str, label: str) -> None:
-    """Accumulate the time spent in cls.name under label (patched on the class, before any
-    instance exists: Meta-Schedule binds the methods when the model is built)."""
+    """Accumulate the time spent in cls.name under label, patched on the Python class that
+    TVM's derived_object wraps (its wrapper looks the method up there at each call)."""
+    cls = getattr(cls, "_cls", cls)
     method = getattr(cls, name)
 
     @functools.wraps(method)

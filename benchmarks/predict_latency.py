@@ -8,10 +8,13 @@ records from benchmarks/data (it predicts at random until trained); our model's 
 change its cost. Run from the repository root:
 
     python benchmarks/predict_latency.py [--workload gelu-mlp] [--population 512] [--repeat 7]
-                                          [--compile]
+                                          [--compile] [--model DIR]
 
-Prints both medians, their ratio and CALO's breakdown (graph extraction vs batching + forward),
-then the forward alone in the variants one could run instead (per-relation SAGEConv calls,
+Prints both medians, their ratio and CALO's breakdown (graph extraction vs batching + forward);
+with the residual correction a search fits once it has measured enough (here fitted on the
+task's measured records), its cost when it scores every candidate and when it scores only the
+network's best `tune.correct_top` (the drafts), and the share of the first's top-16 the drafts
+keep; then the forward alone in the variants one could run instead (per-relation SAGEConv calls,
 bf16/fp16 autocast, and with --compile torch.compile), each with its ranking's Kendall tau vs
 the fp32 forward; writes benchmarks/results/predict_latency.json.
 """
@@ -19,6 +22,7 @@ the fp32 forward; writes benchmarks/results/predict_latency.json.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -31,6 +35,7 @@ from calo.devices import preload_tensor_intrinsics
 
 preload_tensor_intrinsics()  # once, outside any timing
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from harvest_pools import unpack  # noqa: E402
 from scipy import stats  # noqa: E402
@@ -40,9 +45,11 @@ from calo import records  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
 from calo.baselines import train_on, xgb_model  # noqa: E402
 from calo.config import load_settings  # noqa: E402
+from calo.correction import fit_residuals  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
 from calo.dataset import collate  # noqa: E402
 from calo.devices import make_target  # noqa: E402
+from calo.graphs import graph_set  # noqa: E402
 from calo.workloads import create_mod  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -113,9 +120,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--compile", action="store_true",
                         help="also time torch.compile'd forward (compiling takes ~30 s)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a saved model (default: untrained weights, which cost the same; "
+                             "a trained one makes the drafts' top-16 share meaningful)")
+    parser.add_argument("--correct-top", type=int, default=None,
+                        help="drafts the correction scores (default: params.yaml tune.correct_top)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "predict_latency.json")
     args = parser.parse_args()
     settings = load_settings(Path("params.yaml").resolve())
+    if args.correct_top is not None:
+        settings = settings.override({"tune.correct_top": args.correct_top})
     target = make_target(settings.device(settings.donor))
     mod = create_mod(settings.workload(args.workload))
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
@@ -127,18 +141,42 @@ def main() -> None:
         measured = [r for r in records.iter_records(unpack(POOL, Path(tmp)))
                     if r.workload_name == args.workload and r.latency is not None]
     xgb = train_on(xgb_model(os.cpu_count() or 1), ctx, measured)
-    trained = TrainedModel.new(settings)
+    trained = TrainedModel.load(args.model.resolve()) if args.model else TrainedModel.new(settings)
     trained.net.eval()
     model = trained.net
     calo = CaloCostModel.from_settings(trained, settings, update_steps=0)
+    # With the residual correction a search refits once it has measured enough: fitted here on
+    # the task's measured records, scoring every candidate or only the network's best drafts.
+    rounds = settings.finetune.rule[-1].correction
+    corrected = copy.deepcopy(trained)
+    corrected.correction = fit_residuals(
+        corrected.net, settings.finetune.correction, rounds,
+        graph_set(trained.graph_kind, measured, stores=True).graphs, settings.train.seed)
+    variants = {"calo": calo}
+    if corrected.correction is not None:
+        for name, top in (("calo_corrected_all", 0),
+                          (f"calo_corrected_top{settings.tune.correct_top}",
+                           settings.tune.correct_top)):
+            variants[name] = CaloCostModel.from_settings(corrected, settings, update_steps=0,
+                                                         correct_top=top)
 
-    calo.predict(ctx, pops[0])  # first calls pay one-time costs (allocations, lazy imports)
-    xgb.predict(ctx, pops[0])
-    times: dict[str, list[float]] = {"calo": [], "calo_featurize": [], "xgb": []}
+    for scorer in (*variants.values(), xgb):  # first calls pay one-time costs
+        scorer.predict(ctx, pops[0])
+    times: dict[str, list[float]] = {**{k: [] for k in variants}, "calo_featurize": [],
+                                     "xgb": []}
+    kept = []   # share of the fully corrected top-16 that the drafts' scoring keeps
     for pop in pops[1:]:
-        times["calo"].append(time_ms(lambda pop=pop: calo.predict(ctx, pop)))
+        scores = {}
+        for name, scorer in variants.items():
+            start = time.perf_counter()
+            scores[name] = scorer.predict(ctx, pop)
+            times[name].append((time.perf_counter() - start) * 1e3)
         times["calo_featurize"].append(time_ms(lambda pop=pop: calo.featurize(ctx, pop)))
         times["xgb"].append(time_ms(lambda pop=pop: xgb.predict(ctx, pop)))
+        if len(scores) == 3:
+            full, fast = (set(np.argsort(-v, kind="stable")[:16]) for v in
+                          list(scores.values())[1:])
+            kept.append(len(full & fast) / 16)
     med = {k: statistics.median(v) for k, v in times.items()}
     forward = forward_variants(model, [collate(calo.featurize(ctx, pop)) for pop in pops[1:]],
                                args.compile)
@@ -151,6 +189,11 @@ def main() -> None:
                  "times_ms": times["calo"]},
         "xgb": {"median_ms": med["xgb"], "times_ms": times["xgb"]},
         "ratio_calo_vs_xgb": med["calo"] / med["xgb"],
+        "model": str(args.model) if args.model else "untrained",
+        "corrected": {name: {"median_ms": med[name], "ratio_vs_xgb": med[name] / med["xgb"],
+                             "times_ms": times[name]}
+                      for name in variants if name != "calo"},
+        "drafts_keep_top16": statistics.mean(kept) if kept else None,
         "forward_variants": forward,
         "budget_ms": 20.0,
     }
@@ -159,6 +202,11 @@ def main() -> None:
     print(f"  calo  {med['calo']:8.1f} ms  (graph extraction {med['calo_featurize']:.1f} ms, "
           f"batching + forward {med['calo'] - med['calo_featurize']:.1f} ms)")
     print(f"  xgb   {med['xgb']:8.1f} ms")
+    for name, row in result["corrected"].items():
+        print(f"  {name:<24}{row['median_ms']:8.1f} ms ({row['ratio_vs_xgb']:.2f}x xgb)")
+    if kept:
+        print(f"  the drafts keep {result['drafts_keep_top16']:.0%} of the fully corrected "
+              "top-16")
     print(f"  ratio calo / xgb = {result['ratio_calo_vs_xgb']:.2f}; budget 20 ms: "
           f"{'met' if med['calo'] <= 20 else 'missed by %.1f ms' % (med['calo'] - 20)}")
     print("  forward alone (same batches), and how far each variant's ranking is from fp32's:")

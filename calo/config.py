@@ -188,6 +188,7 @@ class Tune:
     kappa_offset: float
     quality_eps: float
     update_steps: int
+    correct_top: int = 64
 
 
 @dataclass(frozen=True)
@@ -324,6 +325,9 @@ def _check_references(s: Settings, where: str) -> None:
             set(bounds[:-1])):
         raise CaloError(f"{where}: finetune.rule must list rows by increasing up_to, the last "
                         f"with up_to: null (any warm-up size), got up_to {bounds}")
+    if s.tune.correct_top < 0:
+        raise CaloError(f"{where}: tune.correct_top must be >= 0 (0: every candidate), got "
+                        f"{s.tune.correct_top}")
     if any(step.correction < 0 for step in s.finetune.rule):
         raise CaloError(f"{where}: finetune.rule: correction is a number of boosting rounds, "
                         ">= 0")

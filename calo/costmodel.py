@@ -18,6 +18,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from calo import config as cfg
+from calo import store_features
 from calo.artifact import TrainedModel
 from calo.correction import fit_residuals
 from calo.dataset import collate, to_data
@@ -33,12 +34,13 @@ ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of
 class CaloCostModel(PyCostModel):
     def __init__(self, trained: TrainedModel, *, kappa_c: float, kappa_offset: float,
                  update_steps: int, finetune: cfg.Finetune, train: cfg.Train,
-                 constant_kappa: float | None = None, seed: int = 0):
+                 constant_kappa: float | None = None, seed: int = 0, correct_top: int = 0):
         super().__init__()
         self.trained = trained
         self.model = trained.net
         self.kappa_c, self.kappa_offset, self.constant_kappa = kappa_c, kappa_offset, constant_kappa
         self.update_steps, self.finetune, self.train = update_steps, finetune, train
+        self.correct_top = correct_top
         self.step: cfg.FinetuneStep | None = None   # the fine-tune rule's row now in use
         self.optimizer: torch.optim.Optimizer | None = None
         self.round = 0
@@ -53,7 +55,7 @@ class CaloCostModel(PyCostModel):
         tune = settings.tune
         kwargs = dict(kappa_c=tune.kappa_c, kappa_offset=tune.kappa_offset,
                       update_steps=tune.update_steps, finetune=settings.finetune,
-                      train=settings.train, seed=tune.seed)
+                      train=settings.train, seed=tune.seed, correct_top=tune.correct_top)
         return cls(trained, **{**kwargs, **overrides})
 
     @property
@@ -136,11 +138,30 @@ class CaloCostModel(PyCostModel):
         if not candidates:
             return np.zeros(0, dtype=np.float64)
         self.model.eval()
-        graphs = self.featurize(context, candidates)
+        # The correction's store rows are extracted for its drafts only (corrected()).
+        graphs = self.featurize(context, candidates, self.trained.reads_stores)
         d = self.model.to_log_latency(self.model(*collate(graphs)))
         d = d.scaled(self.temperature)
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
         if self.trained.correction is not None:
-            bound += self.trained.correction.shift([g.stores for g in graphs])
+            bound = self.corrected(context, candidates, graphs, bound)
         return np.exp(-(bound - bound.min()))
+
+    def corrected(self, context, candidates, graphs, bound: np.ndarray) -> np.ndarray:
+        """The bounds with the residual correction: on every candidate where the network reads
+        store rows anyway or correct_top is 0, else on the network's best correct_top (the
+        drafts), the rest shifted by the largest of their corrections so that no draft falls
+        behind a candidate the correction never saw."""
+        shift = self.trained.correction.shift
+        k = self.correct_top
+        if self.trained.reads_stores or not 0 < k < len(candidates):
+            rows = ([g.stores for g in graphs] if graphs[0].stores is not None else
+                    store_features.of_candidates(context.mod, context.target, candidates))
+            return bound + shift(rows)
+        top = np.argsort(bound, kind="stable")[:k]
+        drafts = shift(store_features.of_candidates(context.mod, context.target,
+                                                    [candidates[i] for i in top]))
+        out = bound + drafts.max()
+        out[top] = bound[top] + drafts
+        return out
 

@@ -61,11 +61,19 @@ def test_the_search_scores_with_the_correction_and_refits_it_on_its_measurements
     settings, adapted, _ = corrected
     context, cands, results, _ = search_batch(TARGET, 8)
     model = CaloCostModel.from_settings(adapted, settings, constant_kappa=0.0)  # mean only
-    graphs = model.featurize(context, cands)
+    graphs = model.featurize(context, cands, stores=True)
     with torch.no_grad():
-        mu = model.model.to_log_latency(model.model(*collate(graphs))).gamma.numpy()
-    mu = mu + adapted.correction.shift([g.stores for g in graphs])
+        plain = model.model.to_log_latency(model.model(*collate(graphs))).gamma.numpy()
+    mu = plain + adapted.correction.shift([g.stores for g in graphs])
     assert np.allclose(np.argsort(-model.predict(context, cands)), np.argsort(mu))
+    # With 3 drafts, the correction re-orders the network's 3 best, which stay ahead of the
+    # rest; the rest keep the network's order.
+    drafts = CaloCostModel.from_settings(adapted, settings, constant_kappa=0.0, correct_top=3)
+    order = np.argsort(-drafts.predict(context, cands), kind="stable")
+    top = np.argsort(plain, kind="stable")[:3]
+    assert set(order[:3]) == set(top)
+    assert list(order[:3]) == list(top[np.argsort(mu[top], kind="stable")])
+    assert list(order[3:]) == [i for i in np.argsort(plain, kind="stable") if i not in top]
     fitted = adapted.correction
     model.update(context, cands, results)
     assert model.trained.correction is not fitted  # the rule's row asks for one: refitted
