@@ -144,6 +144,8 @@ def _cmd_extract(settings: Settings, args) -> Callable[[], dict]:
     store = paths.records_dir(args.device)
     _require(store / RECORD_FILE,
              f"no records for device '{args.device}' in {store}: run `calo harvest` first")
+    if settings.extracts_stores(args.device):  # TVM's per-store features need a TuneContext
+        _preload_for_tuning()
     from calo.tasks.extract import extract
 
     return lambda: extract(settings, args.device)
