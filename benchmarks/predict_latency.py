@@ -153,10 +153,9 @@ def main() -> None:
         corrected.net, settings.finetune.correction, rounds,
         graph_set(trained.graph_kind, measured, stores=True).graphs, settings.train.seed)
     variants = {"calo": calo}
+    full, fast = "calo_corrected_all", f"calo_corrected_top{settings.tune.correct_top}"
     if corrected.correction is not None:
-        for name, top in (("calo_corrected_all", 0),
-                          (f"calo_corrected_top{settings.tune.correct_top}",
-                           settings.tune.correct_top)):
+        for name, top in ((full, 0), (fast, settings.tune.correct_top)):
             variants[name] = CaloCostModel.from_settings(corrected, settings, update_steps=0,
                                                          correct_top=top)
 
@@ -173,10 +172,9 @@ def main() -> None:
             times[name].append((time.perf_counter() - start) * 1e3)
         times["calo_featurize"].append(time_ms(lambda pop=pop: calo.featurize(ctx, pop)))
         times["xgb"].append(time_ms(lambda pop=pop: xgb.predict(ctx, pop)))
-        if len(scores) == 3:
-            full, fast = (set(np.argsort(-v, kind="stable")[:16]) for v in
-                          list(scores.values())[1:])
-            kept.append(len(full & fast) / 16)
+        if fast in scores:
+            top16 = {n: set(np.argsort(-scores[n], kind="stable")[:16]) for n in (full, fast)}
+            kept.append(len(top16[full] & top16[fast]) / 16)
     med = {k: statistics.median(v) for k, v in times.items()}
     forward = forward_variants(model, [collate(calo.featurize(ctx, pop)) for pop in pops[1:]],
                                args.compile)

@@ -76,8 +76,7 @@ class CachedCalo(CaloCostModel):
     def featurize(self, context, candidates, stores=None):
         missing = [c for c in candidates if id(c) not in GRAPHS]
         # Cached with store rows whenever a correction may read them, now or after an update.
-        every = super().featurize(context, missing,
-                                  self.trained.needs_stores or self.finetune.corrects)
+        every = super().featurize(context, missing, self.learns_stores)
         for cand, graph in zip(missing, every):
             GRAPHS[id(cand)] = (cand, graph)
         return [GRAPHS[id(c)][1] for c in candidates]

@@ -68,15 +68,23 @@ class Corrector:
         return cls(booster)
 
 
+def store_rows(graphs: Sequence[Data]) -> list:
+    """Each graph's per-store rows, which the correction reads; graphs extracted without them
+    are refused in one line."""
+    if graphs and "store_rows" not in graphs[0]:
+        raise CaloError("the residual correction reads per-store features these graphs lack: "
+                        "re-run `calo extract` with the params.yaml whose finetune.rule asks "
+                        "for it")
+    return [g.store_rows for g in graphs]
+
+
 def fit_residuals(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
                   graphs: Sequence[Data], seed: int = 0) -> Corrector | None:
     """The correction of `net`'s mean on measured graphs (with store rows), or None for 0
     rounds."""
     if rounds <= 0 or not graphs:
         return None
-    if "store_rows" not in graphs[0]:
-        raise CaloError("the fine-tune rule asks for a residual correction, which reads "
-                        "per-store features the graphs lack: re-run `calo extract`")
+    rows = store_rows(graphs)
     y = torch.cat([g.y for g in graphs]).numpy()
     residual = y - predict(net, list(graphs)).gamma.numpy()
-    return Corrector.fit(settings, rounds, [g.store_rows for g in graphs], residual, seed)
+    return Corrector.fit(settings, rounds, rows, residual, seed)

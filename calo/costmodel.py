@@ -89,9 +89,7 @@ class CaloCostModel(PyCostModel):
         """Learn from the round's measurements with a bounded number of gradient steps."""
         secs = [latency_of(res) if res.error_msg is None else None for res in results]
         ok = [(cand, s) for cand, s in zip(candidates, secs) if s is not None]
-        # Measured candidates keep their store rows where the rule refits a correction.
-        graphs = self.featurize(context, [cand for cand, _ in ok],
-                                self.trained.needs_stores or self.finetune.corrects)
+        graphs = self.featurize(context, [cand for cand, _ in ok], self.learns_stores)
         self.measured += [to_data(g, math.log(secs)) for g, (_, secs) in zip(graphs, ok)]
         self.round += 1
         if not self.measured or self.update_steps <= 0:
@@ -127,11 +125,18 @@ class CaloCostModel(PyCostModel):
                                                     step.correction, self.measured,
                                                     self.train.seed)
 
+    @property
+    def learns_stores(self) -> bool:
+        """Measured candidates keep their store rows: the network reads them, or the rule
+        refits a correction on them."""
+        return self.trained.reads_stores or self.finetune.corrects
+
     def featurize(self, context, candidates, stores: bool | None = None
                   ) -> list[ScheduleGraph]:
-        """Graphs of candidates, with per-store features where the model (or `stores`) asks."""
+        """Graphs of candidates, with per-store features where the network (or `stores`)
+        asks."""
         return of_candidates(self.trained.graph_kind, context.mod, context.target, candidates,
-                             self.trained.needs_stores if stores is None else stores)
+                             self.trained.reads_stores if stores is None else stores)
 
     @torch.inference_mode()
     def predict(self, context, candidates) -> np.ndarray:
@@ -139,7 +144,7 @@ class CaloCostModel(PyCostModel):
             return np.zeros(0, dtype=np.float64)
         self.model.eval()
         # The correction's store rows are extracted for its drafts only (corrected()).
-        graphs = self.featurize(context, candidates, self.trained.reads_stores)
+        graphs = self.featurize(context, candidates)
         d = self.model.to_log_latency(self.model(*collate(graphs)))
         d = d.scaled(self.temperature)
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
@@ -149,19 +154,16 @@ class CaloCostModel(PyCostModel):
 
     def corrected(self, context, candidates, graphs, bound: np.ndarray) -> np.ndarray:
         """The bounds with the residual correction: on every candidate where the network reads
-        store rows anyway or correct_top is 0, else on the network's best correct_top (the
-        drafts), the rest shifted by the largest of their corrections so that no draft falls
-        behind a candidate the correction never saw."""
-        shift = self.trained.correction.shift
+        store rows or correct_top is 0, else on the network's best correct_top (the drafts),
+        the rest shifted by the largest of their corrections so that no draft falls behind a
+        candidate the correction never saw. Rows the graphs carry are used, not extracted."""
         k = self.correct_top
-        if self.trained.reads_stores or not 0 < k < len(candidates):
-            rows = ([g.stores for g in graphs] if graphs[0].stores is not None else
-                    store_features.of_candidates(context.mod, context.target, candidates))
-            return bound + shift(rows)
-        top = np.argsort(bound, kind="stable")[:k]
-        drafts = shift(store_features.of_candidates(context.mod, context.target,
-                                                    [candidates[i] for i in top]))
+        top = (np.arange(len(candidates)) if self.trained.reads_stores
+               or not 0 < k < len(candidates) else np.argsort(bound, kind="stable")[:k])
+        rows = ([graphs[i].stores for i in top] if graphs[0].stores is not None else
+                store_features.of_candidates(context.mod, context.target,
+                                             [candidates[i] for i in top]))
+        drafts = self.trained.correction.shift(rows)
         out = bound + drafts.max()
         out[top] = bound[top] + drafts
         return out
-

@@ -6,9 +6,8 @@ import numpy as np
 from scipy import stats
 
 from calo.config import Split
-from calo.correction import Corrector
+from calo.correction import Corrector, store_rows
 from calo.dataset import GraphSet, split_of
-from calo.errors import CaloError
 from calo.models import calibration as cal
 from calo.models.calibration import confidence_levels, regression_ece, student_t_nll
 from calo.models.evidential import NIG, EvidentialSAGE
@@ -23,11 +22,7 @@ def predictive(model: EvidentialSAGE, graphs: GraphSet, tau: float = 1.0,
     y = np.array([g.y.item() for g in graphs.graphs])
     mu = d.gamma.numpy()
     if correction is not None:
-        if graphs.graphs and "store_rows" not in graphs.graphs[0]:
-            raise CaloError("the model's residual correction reads per-store features these "
-                            "graphs lack: re-run `calo extract` with the params.yaml that "
-                            "fitted it")
-        mu = mu + correction.shift([g.store_rows for g in graphs.graphs])
+        mu = mu + correction.shift(store_rows(graphs.graphs))
     return y, mu, d.t_scale.numpy(), d.df.numpy()
 
 
