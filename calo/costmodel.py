@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import tvm_ffi
 from torch_geometric.data import Data
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
@@ -28,6 +29,10 @@ from calo.records import latency_of
 from calo.schedule_graph import ScheduleGraph
 
 ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of this search
+# Per-store rows kept per search, by program: the population's best come back generation after
+# generation (survivors, unmutated copies), and they are the ones the drafts re-score. Bounded
+# so a long search cannot grow without limit (rows are a few KB per program).
+MAX_STORE_ROWS = 50_000
 
 
 @derived_object
@@ -46,6 +51,7 @@ class CaloCostModel(PyCostModel):
         self.round = 0
         self.measured: list = []
         self.generator = torch.Generator().manual_seed(seed)
+        self.store_rows_of: dict[int, np.ndarray] = {}  # structural hash of a program -> rows
         self.anchor = Anchor(self.model, finetune.anchor)  # the weights tuning started from
 
     @classmethod
@@ -135,8 +141,24 @@ class CaloCostModel(PyCostModel):
                   ) -> list[ScheduleGraph]:
         """Graphs of candidates, with per-store features where the network (or `stores`)
         asks."""
-        return of_candidates(self.trained.graph_kind, context.mod, context.target, candidates,
-                             self.trained.reads_stores if stores is None else stores)
+        graphs = of_candidates(self.trained.graph_kind, context.mod, context.target, candidates)
+        if self.trained.reads_stores if stores is None else stores:
+            for graph, rows in zip(graphs, self.store_rows(context, candidates)):
+                graph.stores = rows
+        return graphs
+
+    def store_rows(self, context, candidates) -> list[np.ndarray]:
+        """TVM's per-store rows of candidates, each program's extracted once per search
+        (hashing a program costs a tenth of extracting its rows)."""
+        keys = [tvm_ffi.structural_hash(c.sch.mod) for c in candidates]
+        rows = {k: self.store_rows_of[k] for k in keys if k in self.store_rows_of}
+        missing = {k: c for k, c in zip(keys, candidates) if k not in rows}
+        rows.update(zip(missing, store_features.of_candidates(context.mod, context.target,
+                                                              list(missing.values()))))
+        if len(self.store_rows_of) + len(missing) > MAX_STORE_ROWS:
+            self.store_rows_of.clear()
+        self.store_rows_of.update((k, rows[k]) for k in missing)
+        return [rows[k] for k in keys]
 
     @torch.inference_mode()
     def predict(self, context, candidates) -> np.ndarray:
@@ -161,8 +183,7 @@ class CaloCostModel(PyCostModel):
         top = (np.arange(len(candidates)) if self.trained.reads_stores
                or not 0 < k < len(candidates) else np.argsort(bound, kind="stable")[:k])
         rows = ([graphs[i].stores for i in top] if graphs[0].stores is not None else
-                store_features.of_candidates(context.mod, context.target,
-                                             [candidates[i] for i in top]))
+                self.store_rows(context, [candidates[i] for i in top]))
         drafts = self.trained.correction.shift(rows)
         out = bound + drafts.max()
         out[top] = bound[top] + drafts

@@ -74,6 +74,12 @@ def test_the_search_scores_with_the_correction_and_refits_it_on_its_measurements
     assert set(order[:3]) == set(top)
     assert list(order[:3]) == list(top[np.argsort(mu[top], kind="stable")])
     assert list(order[3:]) == [i for i in np.argsort(plain, kind="stable") if i not in top]
+    # The drafts' rows are kept per program: asked again (twice over), nothing is re-extracted.
+    assert len(drafts.store_rows_of) == 3
+    again = drafts.store_rows(context, cands + cands)
+    assert len(drafts.store_rows_of) == len(cands)
+    assert all(a is b for a, b in zip(again[:8], again[8:]))
+    assert all(np.array_equal(a, g.stores) for a, g in zip(again, graphs))
     fitted = adapted.correction
     model.update(context, cands, results)
     assert model.trained.correction is not fitted  # the rule's row asks for one: refitted
