@@ -218,6 +218,29 @@ def test_checked_temperature_keeps_the_current_one_unless_cross_fitting_improves
     assert abs(checked_temperature(*folds, 3.0, LEVELS) - 3.0) < 0.1  # already about right
 
 
+def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
+    # Heavy-tailed errors on a few dozen probes: the folds' cross-fitted temperatures lower
+    # both NLL and ECE, but the temperature refitted on both lowers ECE and raises NLL.
+    y = np.random.default_rng(47).standard_t(2, size=(2, 24)) * 0.84
+    ones = np.ones(24)
+    folds = [(y[i], np.zeros(24), ones, ones * 5) for i in range(2)]
+    pooled = np.concatenate(y), np.zeros(48), np.ones(48), np.full(48, 5.0)
+
+    def nll_ece(tau):
+        y_, mu, scale, df = pooled
+        return (student_t_nll(y_, mu, scale * tau, df),
+                regression_ece(y_, mu, scale * tau, df, LEVELS))
+
+    refit = fit_temperature(*pooled, LEVELS)
+    assert nll_ece(refit)[1] < nll_ece(1.0)[1] and nll_ece(refit)[0] > nll_ece(1.0)[0]
+    crossed = [fit_temperature(*folds[1], LEVELS), fit_temperature(*folds[0], LEVELS)]
+    y_, mu, scale, df = pooled
+    scale = scale * np.repeat(crossed, 24)
+    assert student_t_nll(y_, mu, scale, df) < nll_ece(1.0)[0]   # the first check passes
+    assert regression_ece(y_, mu, scale, df, LEVELS) < nll_ece(1.0)[1]
+    assert checked_temperature(*folds, 1.0, LEVELS) == 1.0
+
+
 @pytest.mark.parametrize("variant", [
     {"encoder": "gcn"}, {"pooling": "topk"}, {"attention": True}, {"head": "deterministic"},
 ])
