@@ -3,9 +3,10 @@
 Each model tunes one workload with a real `tune_tir` (as `calo tune` runs it) on the first
 target device, for the same number of trials and seed. The cost models' methods are timed from
 the inside: `predict` (scoring search populations; ours split into featurization and the rest),
-`update` (learning from each round's measurements). What remains of the wall time is the
-search itself (sampling, mutation, post-processing) and the builds and measurements. Run from
-the repository root:
+`update` (learning from each round's measurements); TVM's own profiler times the rest: the
+builds (`SendToBuilder`), the measurements (`SendToRunner`) and the search's scopes (sampling
+the initial population, mutation with post-processing, bookkeeping). Run from the repository
+root:
 
     python benchmarks/live_profile.py --model DIR [--workload matmul] [--trials 64] [--seeds 1]
 
@@ -67,13 +68,20 @@ def instrument() -> None:
     timed(ms.cost_model.XGBModel, "update", "xgb.update")
 
 
-def breakdown(method: str, wall: float) -> dict:
+def breakdown(method: str, wall: float, scopes: dict[str, float]) -> dict:
+    """Seconds per part of one run: the cost model's methods (timed here), the builds and
+    measurements and the search proper (TVM's scopes; the search's scoring calls the model's
+    predict, so it is left out of `search_s`), and what none of them covers."""
     own = {k.split(".", 1)[1]: v for k, v in SPENT.items() if k.startswith(f"{method}.")}
     calls = {k.split(".", 1)[1]: v for k, v in CALLS.items() if k.startswith(f"{method}.")}
-    inside = own.get("predict", 0.0) + own.get("update", 0.0)
+    parts = {"build_s": scopes.get("SendToBuilder", 0.0),
+             "measure_s": scopes.get("SendToRunner", 0.0),
+             "search_s": sum(v for k, v in scopes.items() if k.startswith("EvoSearch/")
+                             and k != "EvoSearch/Evolve/PredictNormalizedScore")}
+    timed_parts = own.get("predict", 0.0) + own.get("update", 0.0) + sum(parts.values())
     return {"wall_s": wall, **{f"{k}_s": v for k, v in own.items()},
-            **{f"{k}_calls": v for k, v in calls.items()},
-            "search_build_measure_s": wall - inside}
+            **{f"{k}_calls": v for k, v in calls.items()}, **parts,
+            "other_s": wall - timed_parts}
 
 
 def main() -> None:
@@ -100,13 +108,15 @@ def main() -> None:
             model = (CaloCostModel.from_settings(copy.deepcopy(trained), seeded)
                      if method == "calo"
                      else ms.cost_model.XGBModel(num_tuning_cores=os.cpu_count() or 1))
-            run = run_tuner(seeded, device, args.workload, model, work / f"{method}-{seed}")
-            row = {**breakdown(method, run["wall_s"]), "trials": run["trials"],
-                   "best_us": run["curve"][-1] * 1e6}
+            with ms.Profiler() as profiler:  # TVM's own scopes inside the search
+                run = run_tuner(seeded, device, args.workload, model, work / f"{method}-{seed}")
+            scopes = {k: float(v) for k, v in profiler.get().items()}
+            row = {**breakdown(method, run["wall_s"], scopes), "trials": run["trials"],
+                   "best_us": run["curve"][-1] * 1e6, "tvm_scopes_s": dict(sorted(scopes.items()))}
             report["runs"][f"{method}-{seed}"] = row
             print(f"{method:<5} seed {seed}: " + ", ".join(
-                f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()),
-                flush=True)
+                f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()
+                if k != "tvm_scopes_s"), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")
