@@ -65,15 +65,17 @@ def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray) 
     temperature refitted on both parts, and it is returned only if it too lowers both there;
     otherwise `current` is kept. (ECE is fitted, NLL only checked: on a few dozen probes the
     ECE-optimal scale can cost NLL, and a temperature that trades one for the other is noise.)"""
+    y, mu, scale, df = both = tuple(np.concatenate([x, z]) for x, z in zip(a, b))
+
     def pooled(tau_a: float, tau_b: float) -> tuple[float, float]:
-        y, mu, scale, df = (np.concatenate([x, z]) for x, z in zip(a, b))
-        scale = scale * np.concatenate([np.full(len(a[0]), tau_a), np.full(len(b[0]), tau_b)])
-        return student_t_nll(y, mu, scale, df), regression_ece(y, mu, scale, df, levels)
+        tau = np.concatenate([np.full(len(a[0]), tau_a), np.full(len(b[0]), tau_b)])
+        return (student_t_nll(y, mu, scale * tau, df),
+                regression_ece(y, mu, scale * tau, df, levels))
 
     crossed = pooled(fit_temperature(*b, levels), fit_temperature(*a, levels))
     kept = pooled(current, current)
     better = lambda m: m[0] < kept[0] and m[1] < kept[1]  # noqa: E731
     if not better(crossed):
         return current
-    tau = fit_temperature(*(np.concatenate([x, z]) for x, z in zip(a, b)), levels)
+    tau = fit_temperature(*both, levels)
     return tau if better(pooled(tau, tau)) else current
