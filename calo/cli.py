@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -159,9 +160,29 @@ def _require_donor_graphs(settings: Settings) -> None:
 
 def _cmd_pretrain(settings: Settings, args) -> Callable[[], dict]:
     _require_donor_graphs(settings)
+    from calo import compute
+
+    if args.nproc > 1:
+        argv = [*(["--params", args.params] if args.params else []), "pretrain"]
+        return lambda: _launched(compute.launch(args.nproc, argv))
     from calo.tasks.pretrain import pretrain
 
-    return lambda: pretrain(settings)
+    def run() -> dict:
+        joined = compute.join_process_group(settings)
+        try:
+            return pretrain(settings)
+        finally:
+            if joined:
+                compute.leave_process_group()
+
+    return run
+
+
+def _launched(code: int) -> dict:
+    if code:
+        raise CaloError(f"the data-parallel pretrain exited with status {code} (its processes' "
+                        "output is above)")
+    return {}
 
 
 def _cmd_sweep(settings: Settings, args) -> Callable[[], dict]:
@@ -353,7 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="directory holding database_workload.json and "
                    "database_tuning_record.json")
     add("extract", _cmd_extract, "build the schedule graph of every measured record")
-    add("pretrain", _cmd_pretrain, "pre-train the evidential GraphSAGE on the donor", device=False)
+    p = add("pretrain", _cmd_pretrain, "pre-train the evidential GraphSAGE on the donor",
+            device=False)
+    p.add_argument("--nproc", type=int, default=1, help="train data parallel in this many "
+                   "processes on this machine (torchrun; gloo on CPU, NCCL on GPUs)")
     add("sweep", _cmd_sweep, "train on the donor for every setting of the sweep grid "
         "(params.yaml sweep), one MLflow run each; reports the best", device=False)
     add("finetune", _cmd_finetune, "fine-tune the donor model on a device's warm-up probes")
@@ -464,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command not in _NO_RESULT_JSON:
         print(json.dumps(result, indent=1, default=str))
     command = f"{args.command} {args.action}" if args.command == "device" else args.command
+    if os.environ.get("RANK", "0") != "0":  # one of torchrun's processes: the main one reports
+        return 0
     print(f"calo {command}: done in {time.monotonic() - start:.1f} s", file=sys.stderr)
     return 0
 

@@ -90,6 +90,13 @@ class Graph:
 
 
 @dataclass(frozen=True)
+class Extract:
+    workers: int           # processes (1: in this one); a Dask scheduler's address if cluster
+    shard_size: int        # graphs per shard file of the store (calo.graph_store)
+    cluster: str | None = None
+
+
+@dataclass(frozen=True)
 class Model:
     hidden: int
     layers: int
@@ -116,6 +123,8 @@ class Train:
     rank_loss: Literal["pairwise", "listwise"] = "pairwise"
     rank_sharpness: float = 1.0
     fast_weight: float = 0.0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    graphs_in_memory: int = 16384
 
 
 @dataclass(frozen=True)
@@ -223,6 +232,7 @@ class Settings:
     split: Split
     labels: Labels
     graph: Graph
+    extract: Extract
     model: Model
     train: Train
     sweep: Sweep
@@ -335,6 +345,9 @@ def _check_references(s: Settings, where: str) -> None:
     if c.depth < 1 or c.lr <= 0 or not 0 < c.subsample <= 1 or c.threads < 1:
         raise CaloError(f"{where}: finetune.correction needs depth >= 1, lr > 0, subsample in "
                         f"(0, 1] and threads >= 1, got {c}")
+    if s.extract.workers < 1 or s.extract.shard_size < 1 or s.train.graphs_in_memory < 1:
+        raise CaloError(f"{where}: extract.workers, extract.shard_size and "
+                        "train.graphs_in_memory must be >= 1")
     if not (0 <= s.split.val and 0 <= s.split.test and s.split.val + s.split.test < 1):
         raise CaloError(f"{where}: split.val and split.test must be >= 0 and leave some "
                         f"records for training, got {s.split.val} and {s.split.test}")

@@ -21,6 +21,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from calo import config as cfg
 from calo import store_features
 from calo.artifact import TrainedModel
+from calo.compute import training_device
 from calo.correction import fit_residuals
 from calo.dataset import collate, to_data
 from calo.graphs import of_candidates
@@ -112,6 +113,7 @@ class CaloCostModel(PyCostModel):
             recenter(self.model, self.measured)
         batches = loader(self.measured, batch_size=self.finetune.batch_size, shuffle=True,
                          generator=self.generator)
+        self.model.to(training_device(self.train.device))  # scoring stays on the CPU
         steps = 0
         while steps < self.update_steps:
             for batch in batches:
@@ -125,6 +127,7 @@ class CaloCostModel(PyCostModel):
                 steps += 1
                 if steps >= self.update_steps:
                     break
+        self.model.to("cpu")
         self.model.eval()
         if step.correction > 0:  # refitted to this search's records; else the fine-tune's
             self.trained.correction = fit_residuals(self.model, self.finetune.correction,

@@ -1,8 +1,10 @@
-"""Graph datasets on disk: one file per device holding every measured record's schedule graph."""
+"""Graph datasets: a device's measured records' graphs, their workloads and splits (on disk in a
+sharded store, calo.graph_store)."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from torch_geometric.data import Data
 
 from calo.config import Split
 from calo.errors import CaloError
+from calo.graph_store import MANIFEST, GraphStore, ShardedGraphs, StoreWriter
 from calo.schedule_graph import ScheduleGraph
 
 SPLITS = ("train", "val", "test")
@@ -54,14 +57,19 @@ def collate(graphs: list[ScheduleGraph]) -> tuple:
 
 @dataclass
 class GraphSet:
-    graphs: list[Data]          # y = natural log of the measured seconds
+    graphs: Sequence[Data]      # y = natural log of the measured seconds; a list, or lazily
+                                # read graphs of a store (calo.graph_store)
     workload: list[str]         # workload names (params.yaml), or structural keys if unnamed
     record: list[int]           # index of the record in its store
     kind: str = "schedule"      # graph kind (calo.graphs)
 
     def select(self, keep: list[bool]) -> GraphSet:
-        return GraphSet(*([v for v, k in zip(values, keep) if k]
-                          for values in (self.graphs, self.workload, self.record)), self.kind)
+        if isinstance(self.graphs, ShardedGraphs):  # a view: nothing is loaded
+            graphs = self.graphs.subset(np.flatnonzero(np.asarray(keep, dtype=bool)))
+        else:
+            graphs = [g for g, k in zip(self.graphs, keep) if k]
+        return GraphSet(graphs, *([v for v, k in zip(values, keep) if k]
+                                  for values in (self.workload, self.record)), self.kind)
 
     def split(self, name: str, fractions: Split) -> GraphSet:
         return self.select([split_of(w, r, fractions) == name
@@ -87,8 +95,10 @@ class GraphSet:
         counts as agreeing), and how many were dropped."""
         if max_spread is None:
             return self, 0
-        keep = [not float(getattr(g, "spread", torch.tensor([0.0]))[0]) > max_spread
-                for g in self.graphs]
+        spread = (self.graphs.store.spread[self.graphs.indices].tolist()
+                  if isinstance(self.graphs, ShardedGraphs)
+                  else [float(getattr(g, "spread", torch.tensor([0.0]))[0]) for g in self.graphs])
+        keep = [not s > max_spread for s in spread]
         return self.select(keep), keep.count(False)
 
     def __len__(self) -> int:
@@ -113,43 +123,36 @@ def split_of(workload: str, record: int, fractions: Split) -> str:
     return "train"
 
 
-def save_graphs(path: Path, graphs: GraphSet) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save({
-        "x": [g.x for g in graphs.graphs],
-        "edge_index": [g.edge_index for g in graphs.graphs],
-        "edge_type": [g.edge_type for g in graphs.graphs],
-        "y": torch.cat([g.y for g in graphs.graphs]) if graphs.graphs else torch.zeros(0),
-        "workload": graphs.workload,
-        "record": graphs.record,
-        "spread": torch.cat([getattr(g, "spread", torch.tensor([float("nan")]))
-                             for g in graphs.graphs]) if graphs.graphs else torch.zeros(0),
-        "kind": graphs.kind,
-        "stores": ([g.store_rows for g in graphs.graphs]
-                   if graphs.graphs and "store_rows" in graphs.graphs[0] else None),
-    }, tmp)
-    tmp.replace(path)
+def save_graphs(path: Path, graphs: GraphSet, shard_size: int) -> None:
+    """A new store at path holding these graphs (calo.graph_store), replacing any there."""
+    if (path / MANIFEST).exists():
+        (path / MANIFEST).unlink()
+    stores = bool(graphs.graphs) and "store_rows" in graphs.graphs[0]
+    writer = StoreWriter(path, graphs.kind, stores, shard_size)
+    for data, workload, record in zip(graphs.graphs, graphs.workload, graphs.record):
+        writer.add(data.x, data.edge_index, data.edge_type,
+                   data.store_rows if stores else None, data.y.item(),
+                   float(getattr(data, "spread", torch.tensor([float("nan")]))[0]),
+                   workload, record)
+        if writer.full:
+            writer.commit(0, "")
+    writer.commit(0, "")
 
 
 def load_graphs(path: Path, kind: str, stores: bool = False) -> GraphSet:
-    """The graphs at path, which must be of the kind the reader's model expects (and carry
-    per-store features if it reads them: `stores`; they are loaded wherever present)."""
-    if not path.is_file():
-        raise CaloError(f"no graphs at {path}: run `calo extract` for this device first")
-    blob = torch.load(path, weights_only=True)
-    if blob.get("kind", "schedule") != kind:
-        raise CaloError(f"{path} holds {blob.get('kind', 'schedule')} graphs but the model reads "
+    """The graphs at path, read lazily (calo.graph_store), which must be of the kind the
+    reader's model expects (and carry per-store features if it reads them: `stores`; they are
+    loaded wherever present)."""
+    if not (path / MANIFEST).is_file() and path.with_suffix(".pt").is_file():
+        raise CaloError(f"{path.with_suffix('.pt')} is a graph file of an older version: "
+                        "re-run `calo extract` to build the sharded store")
+    store = GraphStore(path)
+    if store.kind != kind:
+        raise CaloError(f"{path} holds {store.kind} graphs but the model reads "
                         f"{kind} graphs: re-run `calo extract` (and pretrain) after changing "
                         "graph.kind")
-    spread = blob.get("spread", torch.full((len(blob["y"]),), float("nan")))
-    if stores and blob.get("stores") is None:
+    if stores and not store.has_stores:
         raise CaloError(f"{path} holds graphs without per-store features, which the model "
                         "(graph.stores) or its residual correction (finetune.rule) reads: re-run "
                         "`calo extract` with these params.yaml")
-    graphs = [Data(x=x, edge_index=e, edge_type=t, y=y.reshape(1), spread=s.reshape(1))
-              for x, e, t, y, s in zip(blob["x"], blob["edge_index"], blob["edge_type"],
-                                       blob["y"], spread)]
-    for data, rows in zip(graphs, blob.get("stores") or ()):
-        data.store_rows = rows
-    return GraphSet(graphs, list(blob["workload"]), list(blob["record"]), kind)
+    return GraphSet(ShardedGraphs(store), list(store.workload), list(store.record), kind)

@@ -19,7 +19,8 @@ def lock_path(device: str) -> Path:
 
 
 def graphs_path(device: str) -> Path:
-    return DATA / "graphs" / f"{device}.pt"
+    """The device's graph store: a directory of shards and a manifest (calo.graph_store)."""
+    return DATA / "graphs" / device
 
 
 def model_dir(device: str) -> Path:

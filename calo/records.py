@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,9 +203,18 @@ def _workload_names(path: Path, workloads: list, keys: list[str]) -> list[str]:
     return names
 
 
-def iter_records(path: Path, only: str | None = None) -> Iterator[Record]:
-    """Records in the order they were measured (the file's line order); with `only`, a
-    workload key, only that workload's (other lines are skipped unparsed)."""
+@dataclass(frozen=True)
+class StoreContext:
+    """What reading a store's record lines needs besides the lines: its workloads, their keys
+    and names, and the side file."""
+
+    workloads: list
+    keys: list[str]
+    names: list[str]
+    meta: dict[str, dict]
+
+
+def store_context(path: Path) -> StoreContext:
     wfile, rfile = path / WORKLOAD_FILE, path / RECORD_FILE
     if not wfile.is_file() or not rfile.is_file():
         raise CaloError(f"no tuning records in {path} (expected {WORKLOAD_FILE} and {RECORD_FILE})")
@@ -213,16 +222,39 @@ def iter_records(path: Path, only: str | None = None) -> Iterator[Record]:
 
     workloads = _workloads(path)
     keys = [workload_key(w.mod) for w in workloads]
-    names, meta = _workload_names(path, workloads, keys), load_meta(path)
-    for index, line in enumerate(complete_lines(rfile)):
+    return StoreContext(workloads, keys, _workload_names(path, workloads, keys), load_meta(path))
+
+
+def iter_records(path: Path, only: str | None = None) -> Iterator[Record]:
+    """Records in the order they were measured (the file's line order); with `only`, a
+    workload key, only that workload's (other lines are skipped unparsed)."""
+    context = store_context(path)
+    yield from records_of_lines(context, enumerate(complete_lines(path / RECORD_FILE)), only)
+
+
+def records_of_lines(context: StoreContext, numbered: Iterable[tuple[int, str]],
+                     only: str | None = None) -> Iterator[Record]:
+    """The records of (index, line) pairs of a store's record file."""
+    keys = context.keys
+    for index, line in numbered:
         if only is not None and keys[_workload_index(line)] != only:
             continue
         widx, body = json.loads(line)
-        record = ms.database.TuningRecord.from_json(body, workloads[widx])
+        record = ms.database.TuningRecord.from_json(body, context.workloads[widx])
         key, latency = keys[widx], latency_of(record)
-        m = meta.get(candidate_id(key, record.trace), {})
-        yield Record(index, key, names[widx], record, latency,
+        m = context.meta.get(candidate_id(key, record.trace), {})
+        yield Record(index, key, context.names[widx], record, latency,
                      m.get("source", RANDOM), m.get("status", "ok" if latency else "failed"))
+
+
+def stream_lines(file: Path) -> Iterator[str]:
+    """complete_lines, read a line at a time: a store of any size in constant memory."""
+    with open(file) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                return  # a torn tail
+            if line.strip():
+                yield line[:-1]
 
 
 def count_by_workload(path: Path) -> dict[str, int]:

@@ -160,13 +160,20 @@ class EvidentialSAGE(nn.Module):
         return (y - self.y_mean) / self.y_std
 
     def set_normalization(self, x: Tensor, y: Tensor, stores: Tensor | None = None) -> None:
-        self.x_mean.copy_(x.mean(0))
-        self.x_std.copy_(x.std(0).nan_to_num(1.0).clamp_min(1e-3))
+        self.set_moments((x.mean(0), x.std(0)), (y.mean(), y.std()),
+                         None if stores is None else (stores.mean(0), stores.std(0)))
+
+    def set_moments(self, x: tuple[Tensor, Tensor], y: tuple[Tensor, Tensor],
+                    stores: tuple[Tensor, Tensor] | None = None) -> None:
+        """Standardize with these (mean, std) pairs: set_normalization's, or ones accumulated
+        over more graphs than fit in memory."""
+        self.x_mean.copy_(x[0])
+        self.x_std.copy_(x[1].nan_to_num(1.0).clamp_min(1e-3))
         if self.stores is not None:
-            self.s_mean.copy_(stores.mean(0))
-            self.s_std.copy_(stores.std(0).nan_to_num(1.0).clamp_min(1e-3))
-        self.y_mean.copy_(y.mean())
-        self.y_std.copy_(y.std().nan_to_num(1.0).clamp_min(1e-3))
+            self.s_mean.copy_(stores[0])
+            self.s_std.copy_(stores[1].nan_to_num(1.0).clamp_min(1e-3))
+        self.y_mean.copy_(y[0])
+        self.y_std.copy_(y[1].nan_to_num(1.0).clamp_min(1e-3))
 
 
 class RelationSegments:

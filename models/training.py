@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
+import numpy as np
 import torch
-from torch.utils.data import Sampler
+import torch.distributed as dist
+from torch.utils.data import BatchSampler, RandomSampler, Sampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
@@ -33,18 +36,6 @@ RankPairs = Literal["all", "workload"]
 RankWeighting = Literal["uniform", "throughput"]
 RankLoss = Literal["pairwise", "listwise"]
 Batches = Literal["shuffled", "workload"]
-
-
-def annotate_workloads(graphs: Sequence[Data], workloads: Sequence[str]) -> None:
-    """Tag each graph with its workload's index (`group`) and its normalized throughput there
-    (`throughput`: the workload's best latency / its latency), which ranking losses read."""
-    index = {w: i for i, w in enumerate(dict.fromkeys(workloads))}
-    best: dict[str, float] = {}
-    for data, w in zip(graphs, workloads):
-        best[w] = min(best.get(w, math.inf), data.y.item())
-    for data, w in zip(graphs, workloads):
-        data.group = torch.tensor([index[w]])
-        data.throughput = torch.exp(best[w] - data.y)
 
 
 class WorkloadBatches(Sampler):
@@ -75,20 +66,23 @@ class WorkloadBatches(Sampler):
 def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *, lam: float,
                rank_weight: float, rank_pairs: RankPairs = "all",
                rank_weighting: RankWeighting = "uniform", rank_loss: RankLoss = "pairwise",
-               rank_sharpness: float = 1.0, fast_weight: float = 0.0) -> float:
+               rank_sharpness: float = 1.0, fast_weight: float = 0.0,
+               forward: torch.nn.Module | None = None) -> float:
     """One optimizer step on one batch, as pre-training, fine-tuning and online updates take it.
 
     A batch without workload tags (an online update: one workload's measurements) is one group,
     its throughput relative to its own best. `rank_sharpness` (listwise) is per unit of natural
     log latency; the loss sees standardized latencies, hence the factor y_std. `fast_weight`
     weighs each record's regression loss by 1 + fast_weight x its normalized throughput.
+    `forward` runs the forward pass instead of the model (data parallel: its DDP wrapper).
     """
     model.train()
+    batch = batch.to(model.y_std.device)
     group = batch.group if rank_pairs == "workload" and "group" in batch else None
     throughput = (batch.throughput if "throughput" in batch
                   else torch.exp(batch.y.min() - batch.y))
     sharpness = rank_sharpness * model.y_std.item() if rank_loss == "listwise" else None
-    loss = cost_loss(model.standardize(batch.y), _forward(model, batch), lam,
+    loss = cost_loss(model.standardize(batch.y), _forward(forward or model, batch), lam,
                      model.deterministic, rank_weight, group,
                      throughput if rank_weighting == "throughput" else None, sharpness,
                      1 + fast_weight * throughput if fast_weight else None)
@@ -113,18 +107,61 @@ class Anchor:
             return
         for name, p in model.named_parameters():
             if p.requires_grad:
+                if self.start[name].device != p.device:  # the model moved to train elsewhere
+                    self.start[name] = self.start[name].to(p.device)
                 p.sub_(lr * self.strength * (p - self.start[name]))
 
 
+def _eval_batches(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int,
+                  window: int | None) -> Iterator:
+    """Batches of the graphs in order on the model's device; a graph store's (anything with
+    `windows`) read at least a batch, at most about `window` graphs (whole shards) at a time."""
+    parts = (graphs.windows(max(window or 0, batch_size)) if hasattr(graphs, "windows")
+             else [graphs])
+    for part in parts:
+        for batch in loader(part, batch_size=batch_size):
+            yield batch.to(model.y_std.device)
+
+
 @torch.no_grad()
-def mean_nll(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 4096) -> float:
-    """Mean NLL of the standardized targets."""
+def mean_nll(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 4096,
+             window: int | None = None) -> float:
+    """Mean NLL of the standardized targets (over every process's share when data parallel:
+    each process scores graphs[rank::world])."""
     model.eval()
+    rank, world = _rank_world()
     total, count = 0.0, 0
-    for batch in loader(graphs, batch_size=batch_size):
+    for batch in _eval_batches(model, graphs[rank::world] if world > 1 else graphs, batch_size,
+                               window):
         total += nig_nll(model.standardize(batch.y), _forward(model, batch)).sum().item()
         count += batch.num_graphs
+    if world > 1:
+        sums = torch.tensor([total, count], dtype=torch.float64)
+        dist.all_reduce(sums)
+        total, count = sums.tolist()
     return total / max(count, 1)
+
+
+def _rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class RankShare(Sampler):
+    """This process's share of another batch sampler's batches when training data parallel:
+    every process draws the same batches (same seed) and takes every world-th one, the same
+    number each, so their gradient all-reduces pair up."""
+
+    def __init__(self, batches: Sampler, rank: int, world: int):
+        self.batches, self.rank, self.world = batches, rank, world
+
+    def __iter__(self) -> Iterator[list[int]]:
+        drawn = list(self.batches)
+        return iter(drawn[self.rank::self.world][:len(drawn) // self.world])
+
+    def __len__(self) -> int:
+        return len(self.batches) // self.world
 
 
 def fit(
@@ -150,6 +187,8 @@ def fit(
     seed: int = 0,
     anchor: float = 0.0,
     keep: Literal["best", "last"] = "best",
+    device: str = "cpu",
+    graphs_in_memory: int | None = None,
     on_epoch: EpochCallback | None = None,
 ) -> dict:
     """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
@@ -159,21 +198,42 @@ def fit(
     workloads and workload batches need them. `anchor` > 0 pulls the weights toward where they
     started (Anchor), for fine-tunes. keep="last" returns the last epoch's weights instead of
     the best validation NLL's (a fine-tune's validation set is a few records per workload).
+
+    Trains on `device` and returns the model where it was. A graph store's graphs (anything
+    with `window_positions`, calo.graph_store) beyond `graphs_in_memory` are read a window of
+    shards at a time, in a new random order every epoch. Inside torch.distributed (torchrun),
+    every process takes its share of each epoch's batches (RankShare) and the gradients are
+    averaged: the batch is batch_size per process.
     """
     torch.manual_seed(seed)
-    train = list(train)
-    if workloads is not None:
-        train = [copy.copy(g) for g in train]  # the tags stay with this fit's copies
-        annotate_workloads(train, workloads)
-    elif rank_pairs == "workload" or batches == "workload":
+    if workloads is None and (rank_pairs == "workload" or batches == "workload"):
         raise ValueError("workload pairs or batches need the training graphs' workloads")
-    if batches == "workload":
-        sampler = WorkloadBatches([g.group.item() for g in train], batch_size,
-                                  torch.Generator().manual_seed(seed))
-        batches_of = loader(train, batch_sampler=sampler)
-    else:
-        batches_of = loader(train, batch_size=batch_size, shuffle=True, drop_last=False)
-    steps_per_epoch = max(len(batches_of), 1)
+    rank, world = _rank_world()
+    windowed = (graphs_in_memory is not None and hasattr(train, "window_positions")
+                and len(train) > graphs_in_memory)
+    resident = None if windowed else list(train)
+    tags = _workload_tags(train, workloads) if workloads is not None else None
+    generator = torch.Generator().manual_seed(seed)
+
+    def epoch_batches() -> Iterator:
+        """This epoch's batches: of the graphs in memory, or of each window in turn."""
+        parts = ([np.arange(len(train))] if not windowed
+                 else train.window_positions(graphs_in_memory, generator))
+        for positions in parts:
+            graphs = ([resident[i] for i in positions] if resident is not None
+                      else list(train.subset(positions)))
+            if tags is not None:
+                graphs = [copy.copy(g) for g in graphs]  # the tags stay with this fit's copies
+                for g, i in zip(graphs, positions):
+                    g.group, g.throughput = tags[0][i:i + 1], tags[1][i:i + 1]
+            yield from _batches_of(graphs, batches, batch_size, generator, rank, world)
+
+    n_workloads = len(set(workloads)) if workloads is not None else 1
+    windows = math.ceil(len(train) / graphs_in_memory) if windowed else 1
+    steps_per_epoch = max((math.ceil(len(train) / batch_size)
+                           + (n_workloads * windows if batches == "workload" else 0)) // world, 1)
+    if not windowed and world == 1:  # exact: the resident batches are fixed in number
+        steps_per_epoch = max(_count_batches(resident, batches, batch_size, tags), 1)
     total_steps = steps_per_epoch * max_epochs
     warmup_steps = steps_per_epoch * warmup_epochs
 
@@ -183,24 +243,32 @@ def fit(
         progress = (step - warmup_steps) / max(total_steps - warmup_steps, 1)
         return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
+    home = model.y_std.device
+    model.to(device)
+    wrapper = (torch.nn.parallel.DistributedDataParallel(model)
+               if world > 1 else None)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
                                   weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     pull = Anchor(model, anchor)
     best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
-    history = []
+    history, trained_graphs, train_secs = [], 0, 0.0
     for epoch in range(max_epochs):
         running, seen = 0.0, 0
-        for batch in batches_of:
+        started = time.perf_counter()
+        for batch in epoch_batches():
             loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
                               rank_pairs=rank_pairs, rank_weighting=rank_weighting,
                               rank_loss=rank_loss, rank_sharpness=rank_sharpness,
-                              fast_weight=fast_weight)
+                              fast_weight=fast_weight, forward=wrapper)
             pull.pull(model, scheduler.get_last_lr()[0])
             scheduler.step()
             running += loss * batch.num_graphs
             seen += batch.num_graphs
-        val_nll = mean_nll(model, val) if val else running / max(seen, 1)
+        train_secs += time.perf_counter() - started
+        trained_graphs += seen
+        val_nll = (mean_nll(model, val, window=graphs_in_memory) if val
+                   else running / max(seen, 1))
         history.append({"epoch": epoch, "train_loss": running / max(seen, 1), "val_nll": val_nll})
         if on_epoch:
             on_epoch(epoch, running / max(seen, 1), val_nll)
@@ -213,9 +281,42 @@ def fit(
                 break
     if best_state is not None and keep == "best":
         model.load_state_dict(best_state)
+    model.to(home)
     kept = best_epoch if keep == "best" and best_state is not None else len(history) - 1
     return {"best_val_nll": best_nll, "best_epoch": best_epoch, "kept_epoch": kept,
-            "epochs": len(history), "history": history}
+            "epochs": len(history), "history": history,
+            "graphs_per_s": trained_graphs * world / max(train_secs, 1e-9)}
+
+
+def _workload_tags(train: Sequence[Data], workloads: Sequence[str]
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each training graph's workload index (`group`) and normalized throughput there (best
+    latency of its workload / its latency), from the labels alone (a store's, unloaded)."""
+    y = (train.y if hasattr(train, "window_positions")
+         else torch.cat([g.y for g in train]) if len(train) else torch.zeros(0))
+    index = {w: i for i, w in enumerate(dict.fromkeys(workloads))}
+    groups = torch.tensor([index[w] for w in workloads], dtype=torch.long)
+    best = torch.full((len(index),), math.inf).scatter_reduce(0, groups, y, "amin")
+    return groups, torch.exp(best[groups] - y)
+
+
+def _sampler(graphs: list[Data], batches: Batches, batch_size: int, generator: torch.Generator
+             ) -> Sampler:
+    if batches == "workload":
+        return WorkloadBatches([g.group.item() for g in graphs], batch_size, generator)
+    return BatchSampler(RandomSampler(graphs, generator=generator), batch_size, drop_last=False)
+
+
+def _batches_of(graphs: list[Data], batches: Batches, batch_size: int,
+                generator: torch.Generator, rank: int, world: int) -> DataLoader:
+    sampler = _sampler(graphs, batches, batch_size, generator)
+    return loader(graphs, batch_sampler=RankShare(sampler, rank, world) if world > 1 else sampler)
+
+
+def _count_batches(graphs: list[Data], batches: Batches, batch_size: int, tags) -> int:
+    if batches == "workload":
+        return sum(math.ceil(n / batch_size) for n in tags[0].bincount().tolist() if n)
+    return math.ceil(len(graphs) / batch_size)
 
 
 @torch.no_grad()
@@ -235,9 +336,10 @@ def recenter(model: EvidentialSAGE, graphs: Sequence[Data]) -> float:
 
 
 @torch.no_grad()
-def predict(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 4096) -> NIG:
-    """NIG over natural-log seconds for each graph, in input order."""
+def predict(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 4096,
+            window: int | None = None) -> NIG:
+    """NIG over natural-log seconds for each graph, in input order (on the CPU)."""
     model.eval()
     parts = [model.to_log_latency(_forward(model, b))
-             for b in loader(graphs, batch_size=batch_size)]
-    return NIG(*(torch.cat([getattr(p, f) for p in parts]) for f in NIG._fields))
+             for b in _eval_batches(model, graphs, batch_size, window)]
+    return NIG(*(torch.cat([getattr(p, f).cpu() for p in parts]) for f in NIG._fields))

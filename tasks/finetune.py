@@ -6,12 +6,10 @@ against the registry, whether it replaces the device's current model.
 
 from __future__ import annotations
 
-import dataclasses
-
 import mlflow
 
+from calo import compute, locks, paths, registry
 from calo import config as cfg
-from calo import locks, paths, registry
 from calo.artifact import TrainedModel
 from calo.correction import fit_residuals
 from calo.dataset import GraphSet, load_graphs
@@ -38,7 +36,7 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     step = step or finetune.step_for(graphs.per_workload())
     shift = recenter(trained.net, graphs.graphs) if finetune.recenter else 0.0
     trained.net.set_trainable(step.layers)
-    schedule = {**dataclasses.asdict(train), "lr": step.lr, "batch_size": finetune.batch_size,
+    schedule = {**compute.fit_options(train), "lr": step.lr, "batch_size": finetune.batch_size,
                 "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None,
                 "anchor": finetune.anchor, "keep": finetune.keep}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,

@@ -7,8 +7,8 @@ import dataclasses
 import mlflow
 import torch
 
+from calo import compute, locks, paths, registry
 from calo import config as cfg
-from calo import locks, paths, registry
 from calo.artifact import TrainedModel
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
@@ -62,6 +62,34 @@ def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet, 
     return train, val, test, calibration if calibration else val
 
 
+def set_normalization(trained: TrainedModel, graphs, limit: int) -> None:
+    """The model standardizes with the training graphs' moments: from the graphs at once when
+    at most `limit`, else accumulated a window of a graph store at a time."""
+    if len(graphs) <= limit or not hasattr(graphs, "windows"):
+        stores = (torch.cat([g.store_rows for g in graphs]) if trained.reads_stores else None)
+        trained.net.set_normalization(torch.cat([g.x for g in graphs]),
+                                      torch.cat([g.y for g in graphs]), stores)
+        return
+    sums: dict[str, list] = {}
+    for window in graphs.windows(limit):
+        parts = {"x": torch.cat([g.x for g in window]), "y": torch.cat([g.y for g in window])}
+        if trained.reads_stores:
+            parts["stores"] = torch.cat([g.store_rows for g in window])
+        for key, rows in parts.items():
+            rows = rows.double().reshape(len(rows), -1)
+            n, total, squares = sums.get(key, (0, 0.0, 0.0))
+            sums[key] = [n + len(rows), total + rows.sum(0), squares + (rows ** 2).sum(0)]
+
+    def moments(key: str) -> tuple[torch.Tensor, torch.Tensor]:
+        n, total, squares = sums[key]
+        mean = total / n
+        std = ((squares - n * mean ** 2).clamp_min(0) / max(n - 1, 1)).sqrt()
+        return mean.float().squeeze(), std.float().squeeze()
+
+    trained.net.set_moments(moments("x"), moments("y"),
+                            moments("stores") if trained.reads_stores else None)
+
+
 def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test: GraphSet,
                    calibration: GraphSet | None = None, on_epoch=None
                    ) -> tuple[TrainedModel, dict]:
@@ -70,22 +98,27 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     calibration = calibration if calibration is not None else val
     torch.manual_seed(settings.train.seed)
     trained = TrainedModel.new(settings)
-    stores = (torch.cat([g.store_rows for g in train.graphs]) if trained.reads_stores else None)
-    trained.net.set_normalization(torch.cat([g.x for g in train.graphs]),
-                                  torch.cat([g.y for g in train.graphs]), stores)
+    set_normalization(trained, train.graphs, settings.train.graphs_in_memory)
+    options = compute.fit_options(settings.train)
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
-                 on_epoch=on_epoch, **dataclasses.asdict(settings.train))
+                 on_epoch=on_epoch, **options)
     levels = settings.calibrate.levels
     trained.temperature = checked_temperature(trained.net, calibration, 1.0, levels)
     parts = [("val", val), ("test", test)] + ([("calibration", calibration)]
                                               if calibration is not val else [])
     metrics = {f"{name}_{k}": v for name, part in parts
                for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
-    return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature}
+    return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature,
+                     "train_graphs_per_s": result["graphs_per_s"]}
 
 
 def pretrain(settings: cfg.Settings) -> dict:
-    """Holds the donor's lock throughout (calo.locks): one writer of its model at a time."""
+    """Holds the donor's lock throughout (calo.locks): one writer of its model at a time. In a
+    data-parallel run (calo.compute) every process trains and only the main one writes."""
+    if not compute.is_main():
+        train, val, test, calibration = donor_splits(settings)
+        train_on_donor(settings, train, val, test, calibration)
+        return {}
     with locks.device_lock(settings.donor, "calo pretrain"):
         return _pretrain(settings)
 
@@ -93,10 +126,13 @@ def pretrain(settings: cfg.Settings) -> dict:
 def _pretrain(settings: cfg.Settings) -> dict:
     donor = settings.donor
     train, val, test, calibration = donor_splits(settings)
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     with registry.start_run(settings, "pretrain", f"pretrain-{donor}"):
         mlflow.log_params({**dataclasses.asdict(settings.train),
                            **dataclasses.asdict(settings.model), "donor": donor,
-                           "train_graphs": len(train), "val_graphs": len(val)})
+                           "train_graphs": len(train), "val_graphs": len(val),
+                           "train_device_used": compute.training_device(settings.train.device),
+                           "processes": world})
         trained, metrics = train_on_donor(settings, train, val, test, calibration,
                                           log_epoch("pretrain", settings.train.max_epochs))
         mlflow.log_metrics(metrics)

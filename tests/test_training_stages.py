@@ -150,8 +150,8 @@ def test_donor_calibration_by_workload_keeps_whole_workloads_out_of_training(
     # The same measured graphs under twelve workload names: enough workloads to hold some out.
     many = GraphSet(measured.graphs, [f"w{i % 12}" for i in range(len(measured))],
                     measured.record, measured.kind)
-    save_graphs(tmp_path / "donor.pt", many)
-    monkeypatch.setattr(paths, "graphs_path", lambda device: tmp_path / "donor.pt")
+    save_graphs(tmp_path / "donor", many, params.extract.shard_size)
+    monkeypatch.setattr(paths, "graphs_path", lambda device: tmp_path / "donor")
     by_workload = params.override({"split.donor_calibration": "workload"})
     train, val, test, calibration = pretrain.donor_splits(by_workload)
     held = set(calibration.workload)
