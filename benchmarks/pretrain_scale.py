@@ -42,27 +42,24 @@ DEVICE = "scale"
 SAMPLE_S = 0.1
 
 
-def measured(cmd: list[str], cwd: Path) -> dict:
+def measured(cmd: list[str], cwd: Path, **env_vars: str) -> dict:
     """Run cmd; its wall time and the peak summed RSS of its process tree."""
     env = {**os.environ, "CALO_PARAMS": str(cwd / "params.yaml"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
-    start = time.perf_counter()
-    proc = psutil.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True)
-    peak = 0
+           "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}", **env_vars}
     log = cwd / "commands.log"
     with open(log, "a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
-        os.set_blocking(proc.stdout.fileno(), False)
+        out.flush()
+        start = time.perf_counter()
+        proc = psutil.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        peak = 0
         while proc.poll() is None:
             try:
                 tree = [proc, *proc.children(recursive=True)]
                 peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
             except psutil.NoSuchProcess:
                 pass
-            out.write(proc.stdout.read() or "")
             time.sleep(SAMPLE_S)
-        out.write(proc.stdout.read() or "")
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): see {log}")
     return {"wall_s": round(time.perf_counter() - start, 2), "peak_rss_mb": round(peak / 2**20)}
@@ -136,18 +133,23 @@ def throughput(work: Path, pool_store: Path, records: int, epochs: int, report: 
     extraction["speedup"] = round(extraction["2"]["graphs_per_s"]
                                   / extraction["1"]["graphs_per_s"], 2)
     training = report.setdefault("training", {})
-    for nproc in (1, 2):
-        if str(nproc) in training:
+    # "1-thread": one process held to one thread, what each of two processes gets on 2 cores.
+    for name, nproc, threads in (("1", 1, {}), ("2", 2, {}), ("1-thread", 1,
+                                                             {"OMP_NUM_THREADS": "1"})):
+        if name in training:
             continue
-        root = project(work, f"train-{nproc}", {"train.max_epochs": epochs, "train.patience": None})
+        root = project(work, f"train-{name}", {"train.max_epochs": epochs,
+                                                "train.patience": None})
         graphs = root / "data" / "graphs" / DEVICE
         if not graphs.exists():
             shutil.copytree(work / "extract-2" / "data" / "graphs" / DEVICE, graphs)
-        run = measured(calo("pretrain", "--nproc", str(nproc)), root)
-        training[str(nproc)] = {**run, "epochs": epochs, "graphs_per_s": graphs_per_s(root)}
-        print(f"pretrain, {nproc} process(es): {training[str(nproc)]}")
+        run = measured(calo("pretrain", "--nproc", str(nproc)), root, **threads)
+        training[name] = {**run, "epochs": epochs, "graphs_per_s": graphs_per_s(root)}
+        print(f"pretrain, {name} process(es): {training[name]}")
         save()
     training["speedup"] = round(training["2"]["graphs_per_s"] / training["1"]["graphs_per_s"], 2)
+    training["threads_speedup"] = round(training["1"]["graphs_per_s"]
+                                        / training["1-thread"]["graphs_per_s"], 2)
     save()
 
 
@@ -180,7 +182,7 @@ def memory(work: Path, pool_store: Path, sizes: list[int], report: dict, save) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["throughput", "memory", "all"], default="all")
-    parser.add_argument("--records", type=int, default=4096,
+    parser.add_argument("--records", type=int, default=16384,
                         help="record lines extracted and trained on for throughput")
     parser.add_argument("--epochs", type=int, default=3, help="pretrain epochs for throughput")
     parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 200_000],

@@ -28,6 +28,7 @@ from calo.errors import CaloError
 
 MANIFEST = "manifest.json"
 FORMAT = 1
+Array = torch.Tensor | np.ndarray
 SHARD_CACHE = 2  # shards a reader keeps loaded: the one it reads and the one before
 
 
@@ -188,13 +189,13 @@ class StoreWriter:
             for key in self.pending:
                 self.pending[key] = list((shard.get(key) or [])[:last["graphs"]])
 
-    def add(self, x: torch.Tensor, edge_index: torch.Tensor, edge_type: torch.Tensor,
-            stores: torch.Tensor | None, log_latency: float, spread: float, workload: str,
-            record: int) -> None:
+    def add(self, x: Array, edge_index: Array, edge_type: Array, stores: Array | None,
+            log_latency: float, spread: float, workload: str, record: int) -> None:
+        """One graph: its arrays (torch tensors or numpy arrays) and its label."""
         for key, value in (("x", x), ("edge_index", edge_index), ("edge_type", edge_type)):
-            self.pending[key].append(value)
+            self.pending[key].append(torch.as_tensor(value))
         if self.stores:
-            self.pending["stores"].append(stores)
+            self.pending["stores"].append(torch.as_tensor(stores))
         self.y.append(log_latency)
         self.spread.append(spread)
         self.workload.append(workload)

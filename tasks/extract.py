@@ -134,8 +134,6 @@ def graphs_of_lines(store: str, kind: str, stores: bool, chunk: list[tuple[int, 
                     ) -> list[tuple]:
     """The graph rows (StoreWriter.add's arguments) of the measured records among (index, line)
     pairs of a store's record file: what a worker process runs."""
-    import torch
-
     from calo.graphs import of_record
 
     path = Path(store)
@@ -154,9 +152,8 @@ def graphs_of_lines(store: str, kind: str, stores: bool, chunk: list[tuple[int, 
             continue
         g = of_record(kind, rec.record, stores)
         spread = rec.spread
-        rows.append((torch.from_numpy(g.x), torch.from_numpy(g.edge_index),
-                     torch.from_numpy(g.edge_type),
-                     torch.from_numpy(g.stores) if g.stores is not None else None,
-                     math.log(rec.latency), math.nan if spread is None else spread,
-                     rec.workload_name, rec.index))
+        # numpy, not torch: a tensor crossing a process pool goes through shared memory, one
+        # file per tensor, slower than the extraction itself
+        rows.append((g.x, g.edge_index, g.edge_type, g.stores, math.log(rec.latency),
+                     math.nan if spread is None else spread, rec.workload_name, rec.index))
     return rows

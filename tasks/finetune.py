@@ -69,8 +69,10 @@ def _finetune(settings: cfg.Settings, device: str) -> dict:
         step = settings.finetune.step_for(train.per_workload())
         result = adapt(trained, settings.finetune, settings.train, train, val,
                        log_epoch(f"finetune {device}", step.epochs), step)
-        mlflow.log_params({**result["config"], "device": device, "donor": settings.donor,
+        mlflow.log_params({**result["config"], "train_device_used": result["config"]["device"],
+                           "device": device, "donor": settings.donor,
                            "warmup_graphs": len(train), "noisy_dropped": noisy})
+        mlflow.log_metric("train_graphs_per_s", result["graphs_per_s"])
         # The donor's temperature was fitted to the donor: calibrate fits this model's own.
         trained.temperature = 1.0
         after = evaluate(trained.net, val, levels, correction=trained.correction)
