@@ -234,6 +234,8 @@ class StoreWriter:
         if self.full:
             self.shards = shards
             self.pending = {key: [] for key in self.pending}
-        for old in self.root.glob("index-*.pt"):
-            if old.name != index:
+        # What the manifest no longer names: an older index, shards of a store rebuilt smaller.
+        keep = {index, *(shard["file"] for shard in shards)}
+        for old in (*self.root.glob("index-*.pt"), *self.root.glob("shard-*.pt")):
+            if old.name not in keep:
                 old.unlink(missing_ok=True)

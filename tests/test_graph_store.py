@@ -81,6 +81,10 @@ def test_a_top_up_harvest_then_extract_builds_only_the_new_graphs(params, extrac
     (store / RECORD_FILE).write_text("".join(lines[1:]))
     rebuilt = extract(settings.override({"extract.shard_size": 8}), TOPPED)
     assert rebuilt["new_graphs"] == rebuilt["graphs"] == ok - (measured[0].index == 0)
+    # A store rebuilt into fewer shards leaves none of the old ones behind (DVC would keep them).
+    fewer = extract(settings.override({"extract.shard_size": 4096}), TOPPED)
+    assert fewer["shards"] == 1
+    assert [f.name for f in paths.graphs_path(TOPPED).glob("shard-*.pt")] == ["shard-00000.pt"]
 
 
 def test_workers_and_a_dask_cluster_build_the_same_store(params, extracted, monkeypatch):
