@@ -104,6 +104,12 @@ class GraphSet:
     def __len__(self) -> int:
         return len(self.graphs)
 
+    def labels(self) -> torch.Tensor:
+        """Every graph's y (natural log of seconds), without loading a store's shards."""
+        if isinstance(self.graphs, ShardedGraphs):
+            return self.graphs.y
+        return torch.cat([g.y for g in self.graphs]) if self.graphs else torch.zeros(0)
+
     def per_workload(self) -> float:
         """Graphs per workload: the warm-up size the fine-tune rule is keyed by."""
         return len(self.graphs) / max(len(set(self.workload)), 1)

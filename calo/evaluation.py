@@ -19,7 +19,7 @@ def predictive(model: EvidentialSAGE, graphs: GraphSet, tau: float = 1.0,
     """(y, mean, t-scale, df) as numpy arrays, log-seconds, with the temperature (and the
     residual correction's shift of the mean) applied."""
     d: NIG = predict(model, graphs.graphs).scaled(tau)
-    y = np.array([g.y.item() for g in graphs.graphs])
+    y = graphs.labels().double().numpy()
     mu = d.gamma.numpy()
     if correction is not None:
         mu = mu + correction.shift(store_rows(graphs.graphs))

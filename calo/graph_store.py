@@ -6,7 +6,9 @@ and batch size, not the dataset.
                              graphs cover (a count of record lines and a hash of those lines,
                              so a top-up extracts only the records appended since)
   <dir>/index-<gen>.pt       per graph: log latency, spread, workload, record index (small)
-  <dir>/shard-<k>.pt         per graph: x, edge_index, edge_type (and store rows)
+  <dir>/shard-<k>.pt         its graphs' x, edge_index, edge_type (and store rows), each
+                             concatenated over the graphs with the offsets where each starts:
+                             a shard loads as a few large tensors, not thousands of small ones
 
 The manifest is the commit point: it is replaced atomically after the files it names are
 written. A shard only ever grows (the last, partial one is rewritten with more graphs) and a
@@ -27,7 +29,7 @@ from torch_geometric.data import Data
 from calo.errors import CaloError
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2
 Array = torch.Tensor | np.ndarray
 SHARD_CACHE = 2  # shards a reader keeps loaded: the one it reads and the one before
 
@@ -84,6 +86,8 @@ class GraphStore:
             self._cache.move_to_end(k)
             return self._cache[k]
         shard = torch.load(self.root / self.manifest["shards"][k]["file"], weights_only=True)
+        shard["ptr"] = {key: shard[f"{key}_ptr"].tolist() for key in PARTS
+                        if shard.get(f"{key}_ptr") is not None}
         self._cache[k] = shard
         while len(self._cache) > SHARD_CACHE:
             self._cache.popitem(last=False)
@@ -92,12 +96,27 @@ class GraphStore:
     def graph(self, i: int) -> Data:
         k = int(self.shard_of(i))
         shard, j = self._shard(k), i - int(self.starts[k])
-        data = Data(x=shard["x"][j], edge_index=shard["edge_index"][j],
-                    edge_type=shard["edge_type"][j], y=self.y[i].reshape(1),
-                    spread=self.spread[i].reshape(1))
-        if shard.get("stores") is not None:
-            data.store_rows = shard["stores"][j]
+        part = {key: _piece(shard, key, j) for key in shard["ptr"]}
+        data = Data(x=part["x"], edge_index=part["edge_index"], edge_type=part["edge_type"],
+                    y=self.y[i].reshape(1), spread=self.spread[i].reshape(1))
+        if "stores" in part:
+            data.store_rows = part["stores"]
         return data
+
+
+# What a shard holds per graph, and the dimension its pieces are concatenated along.
+PARTS = {"x": 0, "edge_index": 1, "edge_type": 0, "stores": 0}
+
+
+def _piece(shard: dict, key: str, j: int) -> torch.Tensor:
+    start, end = shard["ptr"][key][j:j + 2]
+    return shard[key].narrow(PARTS[key], start, end - start).contiguous()
+
+
+def _concatenated(pieces: list[torch.Tensor], key: str) -> dict:
+    sizes = [t.shape[PARTS[key]] for t in pieces]
+    return {key: torch.cat(pieces, PARTS[key]),
+            f"{key}_ptr": torch.tensor([0, *np.cumsum(sizes).tolist()], dtype=torch.long)}
 
 
 class ShardedGraphs(Sequence):
@@ -185,9 +204,9 @@ class StoreWriter:
         self.committed = (len(store), store.manifest["records"])
         if self.shards and self.shards[-1]["graphs"] < self.shard_size:
             last = self.shards.pop()
-            shard = torch.load(self.root / last["file"], weights_only=True)
-            for key in self.pending:
-                self.pending[key] = list((shard.get(key) or [])[:last["graphs"]])
+            shard = store._shard(len(self.shards))
+            for key in shard["ptr"]:
+                self.pending[key] = [_piece(shard, key, j) for j in range(last["graphs"])]
 
     def add(self, x: Array, edge_index: Array, edge_type: Array, stores: Array | None,
             log_latency: float, spread: float, workload: str, record: int) -> None:
@@ -215,9 +234,8 @@ class StoreWriter:
         shards = list(self.shards)
         if count := len(self.pending["x"]):
             name = f"shard-{len(self.shards):05d}.pt"
-            _save({"x": self.pending["x"], "edge_index": self.pending["edge_index"],
-                   "edge_type": self.pending["edge_type"],
-                   "stores": self.pending["stores"] if self.stores else None}, self.root / name)
+            _save({k: v for key, pieces in self.pending.items() if pieces
+                   for k, v in _concatenated(pieces, key).items()}, self.root / name)
             shards.append({"file": name, "graphs": count})
         self.generation += 1
         index = f"index-{self.generation:06d}.pt"
