@@ -121,6 +121,7 @@ def _eval_batches(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int
     for part in parts:
         for batch in loader(part, batch_size=batch_size):
             yield batch.to(model.y_std.device)
+        del part  # before the next window loads
 
 
 @torch.no_grad()
@@ -227,6 +228,7 @@ def fit(
                 for g, i in zip(graphs, positions):
                     g.group, g.throughput = tags[0][i:i + 1], tags[1][i:i + 1]
             yield from _batches_of(graphs, batches, batch_size, generator, rank, world)
+            del graphs  # this window's shards go before the next window's load
 
     n_workloads = len(set(workloads)) if workloads is not None else 1
     windows = math.ceil(len(train) / graphs_in_memory) if windowed else 1
