@@ -163,6 +163,9 @@ def _cmd_pretrain(settings: Settings, args) -> Callable[[], dict]:
     from calo import compute
 
     if args.nproc > 1:
+        from calo.graph_store import GraphStore
+
+        GraphStore(paths.graphs_path(settings.donor))  # a bad store: one line, not N tracebacks
         argv = [*(["--params", args.params] if args.params else []), "pretrain"]
         return lambda: _launched(compute.launch(args.nproc, argv))
     from calo.tasks.pretrain import pretrain
@@ -488,8 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command not in _NO_RESULT_JSON:
         print(json.dumps(result, indent=1, default=str))
     command = f"{args.command} {args.action}" if args.command == "device" else args.command
-    if os.environ.get("RANK", "0") != "0":  # one of torchrun's processes: the main one reports
-        return 0
+    if os.environ.get("RANK", "0") != "0" or os.environ.get("CALO_LAUNCHED"):
+        return 0  # one of torchrun's processes: the main one, or `calo pretrain --nproc`, reports
     print(f"calo {command}: done in {time.monotonic() - start:.1f} s", file=sys.stderr)
     return 0
 

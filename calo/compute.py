@@ -68,4 +68,9 @@ def launch(nproc: int, argv: list[str]) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={nproc}", "-m", "calo.cli", *argv]
     threads = str(max(1, (os.cpu_count() or 1) // nproc))  # the cores, shared out
-    return subprocess.call(cmd, env={"OMP_NUM_THREADS": threads, **os.environ})
+    return subprocess.call(cmd, env={"OMP_NUM_THREADS": threads, **os.environ,
+                                     LAUNCHED: "1"})
+
+
+# Set in the processes `launch` starts: the launching command reports, they do not.
+LAUNCHED = "CALO_LAUNCHED"

@@ -23,7 +23,7 @@ from pathlib import Path
 from calo import config as cfg
 from calo import paths
 from calo.errors import CaloError
-from calo.graph_store import MANIFEST, GraphStore, StoreWriter, read_manifest
+from calo.graph_store import FORMAT, MANIFEST, GraphStore, StoreWriter, read_manifest
 from calo.log import Progress, get_logger
 from calo.records import RECORD_FILE, records_of_lines, store_context, stream_lines
 
@@ -79,7 +79,9 @@ def _resume(out: Path, store: Path, kind: str, stores: bool, shard_size: int):
         for line in islice(stream_lines(store / RECORD_FILE), covered):
             hasher.update(line.encode() + b"\n")
         settings_now = (kind, stores, shard_size)
-        if (manifest.get("kind"), manifest.get("stores"),
+        if manifest.get("format") != FORMAT:
+            why = f"it is in format {manifest.get('format')}, this version writes {FORMAT}"
+        elif (manifest.get("kind"), manifest.get("stores"),
                 manifest.get("shard_size")) != settings_now:
             why = "graph settings changed"
         elif hasher.hexdigest() != manifest.get("records_sha256"):

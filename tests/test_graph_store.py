@@ -81,6 +81,13 @@ def test_a_top_up_harvest_then_extract_builds_only_the_new_graphs(params, extrac
     (store / RECORD_FILE).write_text("".join(lines[1:]))
     rebuilt = extract(settings.override({"extract.shard_size": 8}), TOPPED)
     assert rebuilt["new_graphs"] == rebuilt["graphs"] == ok - (measured[0].index == 0)
+    # ... and when it was written in another format (an older version's).
+    manifest = json.loads((paths.graphs_path(TOPPED) / MANIFEST).read_text())
+    (paths.graphs_path(TOPPED) / MANIFEST).write_text(json.dumps({**manifest, "format": 1}))
+    with pytest.raises(CaloError, match="format 1"):
+        load_graphs(paths.graphs_path(TOPPED), params.graph.kind)
+    upgraded = extract(settings.override({"extract.shard_size": 8}), TOPPED)
+    assert upgraded["new_graphs"] == upgraded["graphs"] == rebuilt["graphs"]
     # A store rebuilt into fewer shards leaves none of the old ones behind (DVC would keep them).
     fewer = extract(settings.override({"extract.shard_size": 4096}), TOPPED)
     assert fewer["shards"] == 1
