@@ -95,8 +95,7 @@ class GraphSet:
         counts as agreeing), and how many were dropped."""
         if max_spread is None:
             return self, 0
-        spread = (self.graphs.store.spread[self.graphs.indices].tolist()
-                  if isinstance(self.graphs, ShardedGraphs)
+        spread = (self.graphs.spread.tolist() if isinstance(self.graphs, ShardedGraphs)
                   else [float(getattr(g, "spread", torch.tensor([0.0]))[0]) for g in self.graphs])
         keep = [not s > max_spread for s in spread]
         return self.select(keep), keep.count(False)
@@ -131,8 +130,6 @@ def split_of(workload: str, record: int, fractions: Split) -> str:
 
 def save_graphs(path: Path, graphs: GraphSet, shard_size: int) -> None:
     """A new store at path holding these graphs (calo.graph_store), replacing any there."""
-    if (path / MANIFEST).exists():
-        (path / MANIFEST).unlink()
     stores = bool(graphs.graphs) and "store_rows" in graphs.graphs[0]
     writer = StoreWriter(path, graphs.kind, stores, shard_size)
     for data, workload, record in zip(graphs.graphs, graphs.workload, graphs.record):

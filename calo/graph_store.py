@@ -149,6 +149,11 @@ class ShardedGraphs(Sequence):
         """Every graph's label, without loading a shard."""
         return self.store.y[torch.from_numpy(self.indices)]
 
+    @property
+    def spread(self) -> torch.Tensor:
+        """Every graph's label spread (NaN: unknown), without loading a shard."""
+        return self.store.spread[torch.from_numpy(self.indices)]
+
     def window_positions(self, size: int, generator: torch.Generator | None = None
                          ) -> Iterator[np.ndarray]:
         """Positions of at most about `size` graphs at a time (whole shards; one shard may
@@ -193,6 +198,8 @@ class StoreWriter:
                                          "stores": []}
         if start is not None:
             self._continue(start)
+        else:  # a new store replaces what is there: its shards are overwritten from here on
+            (root / MANIFEST).unlink(missing_ok=True)
 
     def _continue(self, store: GraphStore) -> None:
         """Start from an existing store: its full shards stay as they are; the last one, if

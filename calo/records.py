@@ -100,10 +100,20 @@ def recover_torn_tails(path: Path) -> list[Path]:
     return repaired
 
 
+def stream_lines(file: Path) -> Iterator[str]:
+    """The newline-terminated, non-blank lines of an append-only file, read a line at a time (a
+    torn tail is left out): a store of any size in constant memory."""
+    with open(file) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                return  # a torn tail
+            if line.strip():
+                yield line[:-1]
+
+
 def complete_lines(file: Path) -> list[str]:
-    """The newline-terminated, non-blank lines of an append-only file (a torn tail is left out)."""
-    text = file.read_text()
-    return [line for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
+    """stream_lines, all at once."""
+    return list(stream_lines(file))
 
 
 def load_names(path: Path) -> dict[str, str]:
@@ -245,16 +255,6 @@ def records_of_lines(context: StoreContext, numbered: Iterable[tuple[int, str]],
         m = context.meta.get(candidate_id(key, record.trace), {})
         yield Record(index, key, context.names[widx], record, latency,
                      m.get("source", RANDOM), m.get("status", "ok" if latency else "failed"))
-
-
-def stream_lines(file: Path) -> Iterator[str]:
-    """complete_lines, read a line at a time: a store of any size in constant memory."""
-    with open(file) as f:
-        for line in f:
-            if not line.endswith("\n"):
-                return  # a torn tail
-            if line.strip():
-                yield line[:-1]
 
 
 def count_by_workload(path: Path) -> dict[str, int]:

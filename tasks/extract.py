@@ -23,9 +23,15 @@ from pathlib import Path
 from calo import config as cfg
 from calo import paths
 from calo.errors import CaloError
-from calo.graph_store import FORMAT, MANIFEST, GraphStore, StoreWriter, read_manifest
+from calo.graph_store import FORMAT, GraphStore, StoreWriter, read_manifest
 from calo.log import Progress, get_logger
-from calo.records import RECORD_FILE, records_of_lines, store_context, stream_lines
+from calo.records import (
+    RECORD_FILE,
+    StoreContext,
+    records_of_lines,
+    store_context,
+    stream_lines,
+)
 
 CHUNK = 64               # record lines per task handed to a worker
 POOL_MIN_RECORDS = 2048  # fewer new records are extracted here: starting workers costs more
@@ -89,7 +95,6 @@ def _resume(out: Path, store: Path, kind: str, stores: bool, shard_size: int):
         else:
             return (StoreWriter(out, kind, stores, shard_size, GraphStore(out)), covered,
                     hasher, "")
-        (out / MANIFEST).unlink()  # the old shards are overwritten from here on
         hasher = hashlib.sha256()
     return StoreWriter(out, kind, stores, shard_size), 0, hasher, why
 
@@ -129,7 +134,7 @@ def _graphs_in_order(pool: Executor | None, store: Path, kind: str, stores: bool
         yield chunk, future.result()
 
 
-_CONTEXTS: dict[tuple, object] = {}
+_CONTEXTS: dict[tuple, StoreContext] = {}  # a worker's, by store and its files' sizes
 
 
 def graphs_of_lines(store: str, kind: str, stores: bool, chunk: list[tuple[int, str]]
