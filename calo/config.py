@@ -141,6 +141,7 @@ class FinetuneStep:
     epochs: int
     lr: float
     correction: int = 0  # boosting rounds of the residual correction (calo.correction); 0: none
+    anchor: float = 0.0  # decay toward the donor's weights (L2-SP, models.training.Anchor); 0: none
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,6 @@ class Correction:
 class Finetune:
     batch_size: int
     rule: tuple[FinetuneStep, ...]
-    anchor: float = 0.0
     recenter: bool = False
     keep: Literal["best", "last"] = "best"   # the weights of the best validation NLL, or the last
     correction: Correction = Correction()
@@ -341,6 +341,9 @@ def _check_references(s: Settings, where: str) -> None:
     if any(step.correction < 0 for step in s.finetune.rule):
         raise CaloError(f"{where}: finetune.rule: correction is a number of boosting rounds, "
                         ">= 0")
+    if any(step.anchor < 0 for step in s.finetune.rule):
+        raise CaloError(f"{where}: finetune.rule: anchor must be >= 0 (0: no pull toward the "
+                        "donor's weights)")
     c = s.finetune.correction
     if c.depth < 1 or c.lr <= 0 or not 0 < c.subsample <= 1 or c.threads < 1:
         raise CaloError(f"{where}: finetune.correction needs depth >= 1, lr > 0, subsample in "

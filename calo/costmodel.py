@@ -53,7 +53,7 @@ class CaloCostModel(PyCostModel):
         self.measured: list = []
         self.generator = torch.Generator().manual_seed(seed)
         self.store_rows_of: dict[int, np.ndarray] = {}  # structural hash of a program -> rows
-        self.anchor = Anchor(self.model, finetune.anchor)  # the weights tuning started from
+        self.anchor = Anchor(self.model)  # the weights tuning started from
 
     @classmethod
     def from_settings(cls, trained: TrainedModel, settings: cfg.Settings,
@@ -123,7 +123,7 @@ class CaloCostModel(PyCostModel):
                            rank_loss=self.train.rank_loss,
                            rank_sharpness=self.train.rank_sharpness,
                            fast_weight=self.train.fast_weight)
-                self.anchor.pull(self.model, step.lr)
+                self.anchor.pull(self.model, step.lr, step.anchor)
                 steps += 1
                 if steps >= self.update_steps:
                     break

@@ -97,19 +97,19 @@ class Anchor:
     """Decoupled decay toward the weights a fine-tune started from (L2-SP) rather than toward
     zero: what the donor learned stays unless the warm-up records argue against it."""
 
-    def __init__(self, model: EvidentialSAGE, strength: float) -> None:
-        self.strength = strength
+    def __init__(self, model: EvidentialSAGE) -> None:
         self.start = {n: p.detach().clone() for n, p in model.named_parameters()}
 
     @torch.no_grad()
-    def pull(self, model: EvidentialSAGE, lr: float) -> None:
-        if self.strength <= 0:
+    def pull(self, model: EvidentialSAGE, lr: float, strength: float) -> None:
+        """Per step the distance to the start shrinks by lr * strength (0: no pull)."""
+        if strength <= 0:
             return
         for name, p in model.named_parameters():
             if p.requires_grad:
                 if self.start[name].device != p.device:  # the model moved to train elsewhere
                     self.start[name] = self.start[name].to(p.device)
-                p.sub_(lr * self.strength * (p - self.start[name]))
+                p.sub_(lr * strength * (p - self.start[name]))
 
 
 def _eval_batches(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int,
@@ -252,7 +252,7 @@ def fit(
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
                                   weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    pull = Anchor(model, anchor)
+    pull = Anchor(model) if anchor > 0 else None
     best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
     history, trained_graphs, train_secs = [], 0, 0.0
     for epoch in range(max_epochs):
@@ -263,7 +263,8 @@ def fit(
                               rank_pairs=rank_pairs, rank_weighting=rank_weighting,
                               rank_loss=rank_loss, rank_sharpness=rank_sharpness,
                               fast_weight=fast_weight, forward=wrapper)
-            pull.pull(model, scheduler.get_last_lr()[0])
+            if pull:
+                pull.pull(model, scheduler.get_last_lr()[0], anchor)
             scheduler.step()
             running += loss * batch.num_graphs
             seen += batch.num_graphs

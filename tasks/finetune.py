@@ -38,7 +38,7 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     trained.net.set_trainable(step.layers)
     schedule = {**compute.fit_options(train), "lr": step.lr, "batch_size": finetune.batch_size,
                 "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None,
-                "anchor": finetune.anchor, "keep": finetune.keep}
+                "anchor": step.anchor, "keep": finetune.keep}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
     trained.correction = fit_residuals(trained.net, finetune.correction, step.correction,

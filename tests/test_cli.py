@@ -123,6 +123,8 @@ def test_finetune_rule_picks_the_first_row_covering_the_warmup_size(params):
     (lambda raw: raw.pop("tune"), "params.yaml: tune is missing"),
     (lambda raw: raw["finetune"]["rule"].reverse(),
      "finetune.rule must list rows by increasing up_to, the last with up_to: null"),
+    (lambda raw: raw["finetune"]["rule"][0].update(anchor=-1), "anchor must be >= 0"),
+    (lambda raw: raw["finetune"].update(anchor=10), "unknown key 'finetune.anchor'"),
 ])
 def test_bad_settings_stop_at_load_naming_the_key(tmp_path, params, edit, message):
     raw = yaml.safe_load(Path(params.path).read_text())

@@ -110,6 +110,21 @@ def test_online_updates_take_the_finetune_rules_row_for_what_was_measured(params
     assert model.step.layers == "all" and any(not k.startswith("head.") for k in changed)
 
 
+def test_online_updates_pull_toward_the_donor_as_the_rules_row_says(params, calibrated):
+    """At lr * anchor = 1 each step's pull lands back on the weights tuning started from."""
+    ctx, cands, results = _mm64_candidates(params)
+    moved = {}
+    for anchor in (0.0, 1.0e3):
+        pulled = params.override({"finetune.rule": [
+            {"up_to": None, "layers": "all", "epochs": 1, "lr": 1.0e-3, "anchor": anchor}]})
+        model = load_tuning_model(pulled, TARGET)
+        start = {k: v.clone() for k, v in model.model.state_dict().items()}
+        model.update(ctx, cands, results)
+        moved[anchor] = max(float((model.model.state_dict()[k] - v).abs().max())
+                            for k, v in start.items() if v.is_floating_point())
+    assert moved[0.0] > 1.0e-4 and moved[1.0e3] < 1.0e-6, moved
+
+
 def test_cost_model_save_load_keeps_its_whole_state(params, calibrated, tmp_path):
     """As TVM's XGBModel does: a loaded model scores exactly as the saved one would."""
     ctx, cands, results = _mm64_candidates(params)
