@@ -274,7 +274,8 @@ def main() -> None:
             held_out[name] = pools / f"{name}-held-out"
             records.subset_store(store, held_out[name], lambda n, s=scored: n in s)
             log.info(f"{name}: {len(held)} operators held out, {len(shapes)} workloads of kept "
-                     f"operators held out at their shape; {len(scored)} workloads scored")
+                     f"operators held out at their shape; {len(scored)} workloads scored, "
+                     f"their records in {held_out[name]}")
     else:
         kept = records.subset_store(host, work / "data/records/donor",
                                     lambda n: suite.operator(n) not in UNSEEN_OPERATORS)

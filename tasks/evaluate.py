@@ -36,7 +36,7 @@ from calo import config as cfg
 from calo import paths, registry
 from calo.artifact import WEIGHTS, TrainedModel
 from calo.baselines import mlp_training, train_on, xgb_model
-from calo.dataset import split_of
+from calo.dataset import GraphSet, split_of
 from calo.errors import CaloError, reason
 from calo.evaluation import calibration, checked_temperature, predictive, ranking
 from calo.graphs import graph_set
@@ -224,27 +224,13 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
     levels = settings.calibrate.levels
 
-    finetune_s, kept_epoch, rounds = 0.0, None, 0
+    finetune: dict = {"finetune_s": 0.0, "finetune_epoch": None, "correction_rounds": 0}
     if warm:
-        trained = copy.deepcopy(trained)
         warm_graphs = graph_set(kind, warm, Progress("evaluate: warm-up graphs", len(warm),
                                                      "records").advance,
                                 stores or settings.finetune.corrects)
-        fractions = cfg.Split(val=settings.split.val, test=0.0)
-        is_val = [split_of(w, r, fractions) == "val"
-                  for w, r in zip(warm_graphs.workload, warm_graphs.record)]
-        fit_set = warm_graphs.select([not v for v in is_val])
-        cal_set = warm_graphs.select(is_val)
-        start = time.perf_counter()
-        tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set)
-        finetune_s = time.perf_counter() - start
-        kept_epoch, rounds = tuned["kept_epoch"], tuned["config"]["correction_rounds"]
-        if len(cal_set) >= MIN_CALIBRATION_POINTS:
-            trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
-                                                      levels, trained.correction)
+        trained, finetune = fine_tuned(trained, settings, warm_graphs)
         stores = trained.needs_stores
-    model, tau = trained.net, trained.temperature
-
     donor_store = paths.records_dir(settings.donor)
     donor = ([r for r in iter_records(donor_store) if r.latency is not None]
              if donor_store.is_dir() else [])
@@ -255,16 +241,64 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     baselines, not_run = (_baselines(settings, warm_groups, list(donor_groups.values()))
                           if baselines else ({}, {}))
 
-    per_source: dict[str, dict[str, dict[str, dict]]] = {
-        source: {m: {} for m in ("calo", *baselines)} for source in ("all", RANDOM, EVOLVED)}
-    counts, pooled = {}, []
     # Counted from here: the baselines' training above is not graph extraction.
     progress = Progress("evaluate: held-out graphs", sum(map(len, held.values())), "records")
+    per_source, pooled = score_held_out(
+        trained, held, lambda name: graph_set(kind, held[name], progress.advance, stores),
+        levels, baselines)
+    per_workload = per_source["all"]
+    report = {
+        "model": label, "temperature": trained.temperature, "records": records_dir,
+        "warmup_fraction": warmup_fraction, "warmup_per_workload": warmup_records,
+        "warmup_choice": choose, "warmup_records": len(warm), **finetune,
+        "held_out_records": sum(map(len, held.values())), "donor_records": len(donor),
+        "overall": {m: _summarize(pw, pooled if m == "calo" else None)
+                    for m, pw in per_workload.items() if pw},
+        "by_source": {source: {m: _summarize(pw, None) for m, pw in table.items() if pw}
+                      for source, table in per_source.items() if source != "all"},
+        "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
+                         for w in held},
+        "not_run": not_run,
+    }
+    log.info(f"evaluate: {len(held)} workloads, {report['held_out_records']} held-out records")
+    return report
+
+
+def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: GraphSet
+               ) -> tuple[TrainedModel, dict]:
+    """A copy of the model fine-tuned on warm-up graphs as the finetune stage does (the rule's
+    row for their size), its temperature refitted on a hash-split share of them (as the
+    calibrate stage does, kept only if it helps); and how the fine-tune went."""
+    trained = copy.deepcopy(trained)
+    fractions = cfg.Split(val=settings.split.val, test=0.0)
+    is_val = [split_of(w, r, fractions) == "val"
+              for w, r in zip(warm_graphs.workload, warm_graphs.record)]
+    fit_set = warm_graphs.select([not v for v in is_val])
+    cal_set = warm_graphs.select(is_val)
+    start = time.perf_counter()
+    tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set)
+    took = time.perf_counter() - start
+    if len(cal_set) >= MIN_CALIBRATION_POINTS:
+        trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
+                                                  settings.calibrate.levels, trained.correction)
+    return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],
+                     "correction_rounds": tuned["config"]["correction_rounds"]}
+
+
+def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
+                   graphs_of: Callable[[str], GraphSet], levels: int,
+                   baselines: dict | None = None) -> tuple[dict, dict]:
+    """Ranking metrics per candidate source, model and workload (ours and the baselines' on
+    the same records), and our calibration on all of them pooled. A workload's graphs are
+    asked for (`graphs_of(name)`) when it is scored, so they need not all be held at once."""
+    baselines = baselines or {}
+    per_source: dict[str, dict[str, dict[str, dict]]] = {
+        source: {m: {} for m in ("calo", *baselines)} for source in ("all", RANDOM, EVOLVED)}
+    pooled = []
     for name, group in held.items():
         latency = np.array([r.latency for r in group])
-        counts[name] = len(group)
-        y, mu, scale, df = predictive(model, graph_set(kind, group, progress.advance, stores),
-                                      tau, trained.correction)
+        y, mu, scale, df = predictive(trained.net, graphs_of(name), trained.temperature,
+                                      trained.correction)
         pooled.append((y, mu, scale, df))
         cands = [r.record.as_measure_candidate() for r in group]
         scores = {"calo": mu, **{which: -np.asarray(baseline.predict(_context(group[0]), cands))
@@ -278,24 +312,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
                 table[which][name] = {**ranking(latency[idx], score[idx]),
                                       **dict.fromkeys(CALIBRATION)}
         per_source["all"]["calo"][name].update(calibration(y, mu, scale, df, levels))
-    calo_pooled = calibration(*(np.concatenate(part) for part in zip(*pooled)), levels)
-    per_workload = per_source["all"]
-    report = {
-        "model": label, "temperature": tau, "records": records_dir,
-        "warmup_fraction": warmup_fraction, "warmup_per_workload": warmup_records,
-        "warmup_choice": choose, "warmup_records": len(warm), "finetune_s": finetune_s,
-        "finetune_epoch": kept_epoch, "correction_rounds": rounds,
-        "held_out_records": sum(counts.values()), "donor_records": len(donor),
-        "overall": {m: _summarize(pw, calo_pooled if m == "calo" else None)
-                    for m, pw in per_workload.items() if pw},
-        "by_source": {source: {m: _summarize(pw, None) for m, pw in table.items() if pw}
-                      for source, table in per_source.items() if source != "all"},
-        "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
-                         for w in held},
-        "not_run": not_run,
-    }
-    log.info(f"evaluate: {len(held)} workloads, {report['held_out_records']} held-out records")
-    return report
+    return per_source, calibration(*(np.concatenate(part) for part in zip(*pooled)), levels)
 
 
 def format_table(report: dict) -> str:

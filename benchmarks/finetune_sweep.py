@@ -1,0 +1,107 @@
+"""Fine-tune settings side by side on one extraction: for choosing the fine-tune rule.
+
+Each variant (a list of SECTION.KEY=VALUE overrides of params.yaml, or null: the donor as it
+is, zero-shot on the same held-out records) fine-tunes the donor on the first `--warmup`
+records of every workload and is scored on the rest exactly as `calo evaluate` scores it
+(tasks.evaluate.fine_tuned and score_held_out). The graphs are extracted once for all
+variants, most of an evaluation's time. Use a selection split's held-out store (offline_eval.py
+`--split dev-shape` logs where it put it), not the unseen-shape pools, which only report:
+
+    python benchmarks/finetune_sweep.py --records STORE --donor-model DIR --warmup 32 \\
+        --variants benchmarks/finetune_variants.yaml --out results/sweep32.json
+
+Prints a line per variant (tau / top-1 / top-5 on all and on evolved candidates, ECE) and
+writes --out after each, so a second run goes on after the variants already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from calo.devices import preload_tensor_intrinsics
+
+preload_tensor_intrinsics()  # before torch_geometric is imported
+
+import yaml  # noqa: E402
+from offline_eval import SUMMARY, with_overrides  # noqa: E402
+
+from calo.artifact import TrainedModel  # noqa: E402
+from calo.config import load_settings  # noqa: E402
+from calo.errors import CaloError  # noqa: E402
+from calo.graphs import graph_set  # noqa: E402
+from calo.log import Progress, get_logger  # noqa: E402
+from calo.records import iter_records  # noqa: E402
+from calo.tasks.evaluate import (  # noqa: E402
+    _summarize,
+    fine_tuned,
+    score_held_out,
+    split_warmup,
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=Path, required=True, help="a store or TVM database")
+    parser.add_argument("--donor-model", type=Path, required=True)
+    parser.add_argument("--warmup", type=int, required=True, help="records per workload")
+    parser.add_argument("--variants", type=Path, required=True,
+                        help="YAML: name -> list of SECTION.KEY=VALUE, or null (no fine-tune)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    log = get_logger()
+    variants = yaml.safe_load(args.variants.read_text())
+    if not isinstance(variants, dict) or not all(v is None or isinstance(v, list)
+                                                 for v in variants.values()):
+        raise SystemExit(f"{args.variants}: expected name -> list of overrides (or null)")
+    base = load_settings(Path("params.yaml").resolve())
+    donor = TrainedModel.load(args.donor_model)
+    recs = [r for r in iter_records(args.records) if r.latency is not None]
+    splits = split_warmup(recs, count=args.warmup)
+    held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
+    warm = [r for w, _ in splits.values() for r in w]
+    if not held or not warm:
+        raise SystemExit(f"{args.records}: no workload keeps records past {args.warmup}")
+    kind = donor.graph_kind
+    warm_graphs = graph_set(kind, warm, Progress("sweep: warm-up graphs", len(warm),
+                                                 "records").advance, donor.reads_stores)
+    progress = Progress("sweep: held-out graphs", sum(map(len, held.values())), "records")
+    held_graphs = {name: graph_set(kind, group, progress.advance, donor.reads_stores)
+                   for name, group in held.items()}
+    key = {"records": str(args.records.resolve()), "donor": str(args.donor_model.resolve()),
+           "warmup": args.warmup}
+    report = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    if report.get("key", key) != key:
+        raise SystemExit(f"{args.out} holds another sweep ({report['key']}): choose another --out")
+    report["key"], results = key, report.setdefault("variants", {})
+    for name, overrides in variants.items():
+        if name in results:
+            continue
+        settings = with_overrides(base, "donor", overrides or [])
+        trained, how = donor, {}
+        if overrides is not None:
+            try:
+                trained, how = fine_tuned(donor, settings, warm_graphs)
+            except CaloError as err:
+                raise SystemExit(f"variant {name}: {err}") from None
+            if trained.needs_stores and not donor.reads_stores:
+                raise SystemExit(f"variant {name}: a residual correction needs per-store rows, "
+                                 "which this sweep does not extract")
+        per_source, pooled = score_held_out(trained, held, held_graphs.__getitem__,
+                                            settings.calibrate.levels)
+        results[name] = {"overrides": overrides, "temperature": trained.temperature, **how,
+                         **{source: _summarize(table["calo"], pooled if source == "all" else None)
+                            for source, table in per_source.items()}}
+        a, e = results[name]["all"], results[name]["evolved"]
+        figures = lambda m: " / ".join("-" if m[k] is None else f"{m[k]:.3f}"  # noqa: E731
+                                       for k in SUMMARY)
+        print(f"{name:<28} all {figures(a)} | evolved {figures(e)} | ECE {a['ece']:.3f}",
+              flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1, default=float))
+    log.info(f"sweep: {len(results)} variants in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
