@@ -1,10 +1,13 @@
 """`calo evaluate`: our model beside TVM's cost models on held-out records of any TVM database."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from calo import paths
+from calo.artifact import TrainedModel
 from calo.cli import main
 from calo.graphs import graph_set
 from tests.conftest import DONOR, TARGET
@@ -34,6 +37,30 @@ def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
     assert "5 or more workloads" in report["not_run"]["mlp_donor"]
     table = capsys.readouterr().err
     assert "xgb_donor" in table and "overall" in table
+
+
+def test_the_fine_tune_sweep_scores_a_variant_as_calo_evaluate_does(params, pretrained, tmp_path):
+    """benchmarks/finetune_sweep.py reuses one extraction for many fine-tunes: a variant with no
+    overrides must score what `calo evaluate` scores, and null must be the donor untouched."""
+    variants = tmp_path / "variants.yaml"
+    variants.write_text("zero-shot: null\nas shipped: []\n")
+    donor, records = str(paths.model_dir(DONOR)), str(paths.records_dir(TARGET))
+    sweep_out, report_out = tmp_path / "sweep.json", tmp_path / "report.json"
+    run = subprocess.run([sys.executable, "benchmarks/finetune_sweep.py", "--records", records,
+                          "--donor-model", donor, "--warmup", "3", "--variants", str(variants),
+                          "--out", str(sweep_out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    sweep = json.loads(sweep_out.read_text())["variants"]
+    assert main(["evaluate", "--model", donor, "--records", records, "--warmup", "3",
+                 "--json", str(report_out)]) == 0
+    report = json.loads(report_out.read_text())
+    calo = report["overall"]["calo"]
+    for key in ("kendall_tau", "top1", "top5", "ece", "nll"):
+        assert sweep["as shipped"]["all"][key] == pytest.approx(calo[key], abs=0.02), key
+    assert sweep["as shipped"]["temperature"] == pytest.approx(report["temperature"])
+    assert "finetune_epoch" in sweep["as shipped"] and "finetune_epoch" not in sweep["zero-shot"]
+    assert sweep["zero-shot"]["temperature"] == TrainedModel.load(
+        paths.model_dir(DONOR)).temperature
 
 
 @pytest.mark.parametrize("choose", ["first", "uncertainty"])
