@@ -34,11 +34,15 @@ from calo.graphs import graph_set  # noqa: E402
 from calo.log import Progress, get_logger  # noqa: E402
 from calo.records import iter_records  # noqa: E402
 from calo.tasks.evaluate import (  # noqa: E402
-    _summarize,
     fine_tuned,
     score_held_out,
     split_warmup,
+    summarize,
 )
+
+
+def figures(metrics: dict) -> str:
+    return " / ".join("-" if metrics[k] is None else f"{metrics[k]:.3f}" for k in SUMMARY)
 
 
 def main() -> None:
@@ -79,23 +83,21 @@ def main() -> None:
         if name in results:
             continue
         settings = with_overrides(base, "donor", overrides or [])
+        if settings.finetune.corrects and not donor.reads_stores:
+            raise SystemExit(f"variant {name}: a residual correction needs per-store rows, "
+                             "which this sweep does not extract")
         trained, how = donor, {}
         if overrides is not None:
             try:
                 trained, how = fine_tuned(donor, settings, warm_graphs)
             except CaloError as err:
                 raise SystemExit(f"variant {name}: {err}") from None
-            if trained.needs_stores and not donor.reads_stores:
-                raise SystemExit(f"variant {name}: a residual correction needs per-store rows, "
-                                 "which this sweep does not extract")
         per_source, pooled = score_held_out(trained, held, held_graphs.__getitem__,
                                             settings.calibrate.levels)
         results[name] = {"overrides": overrides, "temperature": trained.temperature, **how,
-                         **{source: _summarize(table["calo"], pooled if source == "all" else None)
+                         **{source: summarize(table["calo"], pooled if source == "all" else None)
                             for source, table in per_source.items()}}
         a, e = results[name]["all"], results[name]["evolved"]
-        figures = lambda m: " / ".join("-" if m[k] is None else f"{m[k]:.3f}"  # noqa: E731
-                                       for k in SUMMARY)
         print(f"{name:<28} all {figures(a)} | evolved {figures(e)} | ECE {a['ece']:.3f}",
               flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)

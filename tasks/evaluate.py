@@ -174,7 +174,7 @@ def _context(rec: Record) -> ms.TuneContext:
                           task_name=rec.workload_name)
 
 
-def _summarize(per_workload: dict[str, dict], pooled: dict | None) -> dict:
+def summarize(per_workload: dict[str, dict], pooled: dict | None) -> dict:
     """Ranking metrics averaged over workloads (the tuner ranks within one workload);
     calibration metrics over all held-out records pooled.
 
@@ -252,9 +252,9 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         "warmup_fraction": warmup_fraction, "warmup_per_workload": warmup_records,
         "warmup_choice": choose, "warmup_records": len(warm), **finetune,
         "held_out_records": sum(map(len, held.values())), "donor_records": len(donor),
-        "overall": {m: _summarize(pw, pooled if m == "calo" else None)
+        "overall": {m: summarize(pw, pooled if m == "calo" else None)
                     for m, pw in per_workload.items() if pw},
-        "by_source": {source: {m: _summarize(pw, None) for m, pw in table.items() if pw}
+        "by_source": {source: {m: summarize(pw, None) for m, pw in table.items() if pw}
                       for source, table in per_source.items() if source != "all"},
         "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
                          for w in held},
