@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 import mlflow
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from calo import config as cfg
 from calo import paths, plots, registry
@@ -25,7 +27,7 @@ from calo.devices import make_target, preload_tensor_intrinsics
 from calo.errors import CaloError
 from calo.log import get_logger
 from calo.measure import close_builder, make_builder, make_runner
-from calo.records import iter_records
+from calo.records import iter_records, latency_of
 from calo.workloads import create_mod
 
 MODELS = ("calo", "xgb")
@@ -38,6 +40,21 @@ def load_tuning_model(settings: cfg.Settings, device: str) -> CaloCostModel:
         raise CaloError(f"no calibrated model for '{device}': run `calo finetune` and "
                         "`calo calibrate` first")
     return CaloCostModel.from_settings(TrainedModel.load(model_dir), settings)
+
+
+@derived_object
+class Timeline(PyMeasureCallback):
+    """Each measured batch's time since tuning started, its task, and its latencies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start = time.monotonic()
+        self.events: list[tuple[float, int, list[float | None]]] = []
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        secs = [latency_of(r) if r.error_msg is None else None for r in runner_results]
+        self.events.append((time.monotonic() - self.start, int(task_id), secs))
 
 
 def best_so_far(latencies: list[float | None]) -> list[float]:
@@ -75,6 +92,7 @@ def run_tuner(settings: cfg.Settings, device: str, workload: str, cost_model,
     work_dir.mkdir(parents=True)
     quiet_tvm_logging()
     builder = make_builder(settings.harvest)
+    timeline = Timeline()
     start = time.monotonic()
     try:
         ms.tune_tir(
@@ -84,12 +102,19 @@ def run_tuner(settings: cfg.Settings, device: str, workload: str, cost_model,
             runner=make_runner(settings.device(device), settings.harvest),
             cost_model=cost_model, seed=settings.tune.seed,
             num_tuning_cores=settings.harvest.build_workers,
+            measure_callbacks=[*ms.MeasureCallback.create("default"), timeline],
         )
     finally:
         close_builder(builder)
     wall = time.monotonic() - start
     latencies = [r.latency for r in iter_records(work_dir)]
-    return {"wall_s": wall, "trials": len(latencies), "curve": best_so_far(latencies)}
+    # When each trial's result was in: wall-clock time to quality, measurement and search.
+    seconds = [t for t, _, secs in timeline.events for _ in secs]
+    if len(seconds) != len(latencies):
+        raise CaloError(f"tuning {workload} timed {len(seconds)} measured trials but its "
+                        f"database in {work_dir} holds {len(latencies)}")
+    return {"wall_s": wall, "trials": len(latencies), "curve": best_so_far(latencies),
+            "seconds": seconds}
 
 
 def tune(settings: cfg.Settings, device: str, workload: str) -> dict:

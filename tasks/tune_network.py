@@ -22,9 +22,7 @@ import time
 from pathlib import Path
 
 import mlflow
-from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from calo import config as cfg
 from calo import paths, plots, registry
@@ -34,27 +32,11 @@ from calo.errors import CaloError
 from calo.log import get_logger
 from calo.measure import close_builder, make_builder, make_runner
 from calo.networks import load_network
-from calo.records import latency_of
 from calo.relax_build import Task, compile_network, extract_tasks, import_network, run_network
-from calo.tasks.tune import quiet_tvm_logging
+from calo.tasks.tune import Timeline, quiet_tvm_logging
 
 MODELS = ("calo", "xgb")
 VARIANTS = ("untuned", *MODELS)
-
-
-@derived_object
-class Timeline(PyMeasureCallback):
-    """Each measured batch's time since tuning started, its task, and its latencies."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.start = time.monotonic()
-        self.events: list[tuple[float, int, list[float | None]]] = []
-
-    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
-              runner_results) -> None:
-        secs = [latency_of(r) if r.error_msg is None else None for r in runner_results]
-        self.events.append((time.monotonic() - self.start, int(task_id), secs))
 
 
 def weighted_curve(events: list, weights: list[float]) -> list[tuple[float, float]]:

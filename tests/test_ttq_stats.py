@@ -1,9 +1,12 @@
+import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from ttq import summarize, ttq, welch_p  # noqa: E402
+from ttq import MAIN, live_report, saved_runs, summarize, ttq, wall_ttq, welch_p  # noqa: E402
 
 
 def test_ttq_counts_trials_to_five_percent_and_censors_a_miss():
@@ -22,3 +25,35 @@ def test_summary_mixes_ablations_with_fewer_seeds():
                               "kappa=1": [15, 16, 14]}})
     assert abs(report["geomean_ratio_vs_xgb"]["calo"] - 0.5) < 1e-9
     assert report["per_workload"]["w"]["kappa=1"]["welch_p"] < 0.05
+
+
+def _run(curve, seconds, wall):
+    return {"curve": curve, "seconds": seconds, "wall_s": wall, "trials": len(curve)}
+
+
+def test_wall_clock_ttq_is_the_time_the_reaching_result_came_in_or_the_whole_run():
+    assert wall_ttq(_run([3.0, 1.04, 1.0], [5.0, 9.0, 12.0], 15.0), oracle=1.0) == 9.0
+    assert wall_ttq(_run([3.0, 2.0], [5.0, 9.0], 15.0), oracle=1.0) == 15.0  # censored
+
+
+def test_a_live_report_scores_only_workloads_whose_runs_are_all_in():
+    runs = {f"w {m} 0": _run([2.0, 1.0], [4.0, 8.0], 10.0) for m in MAIN}
+    runs["w calo 0"] = _run([1.0, 1.0], [3.0, 6.0], 7.0)
+    runs["v calo 0"] = _run([1.0], [1.0], 1.0)  # v's XGBoost runs are still to come
+    report = live_report(runs, ["w", "v"], seeds=1, budget=2, device="d", model_source="m")
+    assert report["workloads_done"] == ["w"] and report["workloads_pending"] == ["v"]
+    assert report["ttq_trials"]["geomean_ratio_vs_xgb"] == 0.5
+    assert report["ttq_seconds"]["geomean_ratio_vs_xgb"] == 3.0 / 8.0
+    assert report["tuning_seconds_ratio_calo_vs_xgb"] == 0.7
+
+
+def test_saved_live_runs_resume_only_under_the_same_configuration(tmp_path):
+    path = tmp_path / "runs.json"
+    assert saved_runs(path, {"budget": 200}) == {}
+    path.write_text(json.dumps({"config": {"budget": 200}, "runs": {"w calo 0": {}}}))
+    assert saved_runs(path, {"budget": 200}) == {"w calo 0": {}}
+    with pytest.raises(SystemExit, match="differs in: budget"):
+        saved_runs(path, {"budget": 64})
+    path.write_text(json.dumps({"w calo 0": {}}))  # the format before resuming existed
+    with pytest.raises(SystemExit, match="another configuration"):
+        saved_runs(path, {"budget": 200})
