@@ -57,6 +57,25 @@ def closure(entry: Path, top_level_only: bool = False) -> set[Path]:
     return seen
 
 
+def script_code(script: Path) -> set[str]:
+    """What a benchmark script runs: the project files it imports and the scripts beside it
+    that it imports (benchmarks put their own folder on sys.path), transitively."""
+    scripts, todo = set(), [script]
+    while todo:
+        path = todo.pop()
+        if path in scripts:
+            continue
+        scripts.add(path)
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            todo += [path.parent / f"{n}.py" for n in names
+                     if (path.parent / f"{n}.py").is_file()]
+    files = set(scripts).union(*(closure(s) for s in scripts))
+    return {p.relative_to(REPO).as_posix() for p in files}
+
+
 def stage_code(task_module: str) -> set[str]:
     """What `calo <stage>` runs: the CLI's module-level imports and the stage's task module."""
     files = closure(REPO / "calo" / "cli.py", top_level_only=True)

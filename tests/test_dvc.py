@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from calo import paths
-from tests.code_deps import stage_code
+from tests.code_deps import script_code, stage_code
 from tests.conftest import copy_project
 
 REPO = Path(__file__).resolve().parent.parent
@@ -157,3 +157,13 @@ def test_record_stores_push_to_and_pull_from_a_dvc_remote(params, harvested, tmp
     run(project, *DVC, "pull", f"harvest@{DONOR}")
     assert digest() == before
     assert "in sync" in run(project, *DVC, "status", "-c", f"harvest@{DONOR}")
+
+
+
+def test_the_benchmark_stages_depend_on_exactly_the_code_they_import():
+    stages = yaml.safe_load((REPO / "benchmarks" / "dvc.yaml").read_text())["stages"]
+    for name, spec in stages.items():
+        spec = spec.get("do") or spec
+        code = {d for d in spec["deps"] if d.endswith(".py")}
+        assert code == script_code(REPO / spec["cmd"].split()[1]), \
+            f"benchmarks/dvc.yaml's {name} code deps differ from the script's imports"
