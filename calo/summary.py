@@ -40,17 +40,21 @@ def format_summary(settings: cfg.Settings, devices: list[str] | None = None) -> 
             lines.append(f"registry: version {promo['version']}: {promo['promotion']}"[:118])
         report = _read(paths.report_path("tune", device))
         if report:
-            lines.append(f"tuning ({settings.tune.max_trials} trials; trials to within "
-                         f"{settings.tune.quality_eps:.0%} of the best either model found, "
-                         f"'>N' = not reached):")
-            lines.append(f"  {'workload':<28}{'CALO best us':>13}{'trials':>8}"
-                         f"{'XGB best us':>13}{'trials':>8}{'ratio':>8}")
+            lines.append(f"tuning ({settings.tune.max_trials} trials; trials and seconds to "
+                         f"within {settings.tune.quality_eps:.0%} of the best either model "
+                         f"found, '>N' = not reached):")
+            lines.append(f"  {'workload':<28}{'CALO best us':>13}{'trials':>8}{'s':>6}"
+                         f"{'XGB best us':>13}{'trials':>8}{'s':>6}{'ratio':>8}")
             for workload, row in report["workloads"].items():
                 cells = []
                 for model in ("calo", "xgb"):
                     run = row[model]
                     reach = run["trials_to_quality"] or f">{run['trials']}"
-                    cells.append(f"{_num(run['best_latency_us'], '.1f'):>13}{reach!s:>8}")
+                    secs = run.get("seconds_to_quality")  # reports before it lack the field
+                    secs = (f"{secs:.0f}" if secs is not None
+                            else f">{run['wall_s']:.0f}" if "seconds_to_quality" in run else "-")
+                    cells.append(f"{_num(run['best_latency_us'], '.1f'):>13}{reach!s:>8}"
+                                 f"{secs:>6}")
                 lines.append(f"  {workload[:27]:<28}{''.join(cells)}"
                              f"{_num(row['trials_ratio_calo_vs_xgb'], '.2f'):>8}")
             s = report["summary"]

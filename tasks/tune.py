@@ -137,9 +137,12 @@ def tune(settings: cfg.Settings, device: str, workload: str) -> dict:
     target = best * (1 + settings.tune.quality_eps)
     report: dict = {}
     for which, run in runs.items():
+        reached = trials_to_quality(run["curve"], target)
         report[which] = {
             "best_latency_us": run["curve"][-1] * 1e6,
-            "trials_to_quality": trials_to_quality(run["curve"], target),
+            "trials_to_quality": reached,
+            # what a user waits: measurement and search until that trial's result was in
+            "seconds_to_quality": run["seconds"][reached - 1] if reached else None,
             "trials": run["trials"],
             "wall_s": run["wall_s"],
             "curve_us": [c * 1e6 if math.isfinite(c) else None for c in run["curve"]],

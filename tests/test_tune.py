@@ -25,6 +25,10 @@ def test_tune_compares_both_models_on_the_same_budget(params, tuned):
     best = min(report["calo"]["best_latency_us"], report["xgb"]["best_latency_us"])
     winner = "calo" if report["calo"]["best_latency_us"] == best else "xgb"
     assert report[winner]["trials_to_quality"] is not None
+    assert 0 < report[winner]["seconds_to_quality"] <= report[winner]["wall_s"]
+    loser = "xgb" if winner == "calo" else "calo"
+    assert (report[loser]["seconds_to_quality"] is None) == (
+        report[loser]["trials_to_quality"] is None)
     report = json.loads(paths.report_path("tune", TARGET).read_text())
     assert report["workloads"]["mm-64"]["calo"]["trials"] == 8
     assert "curve_us" not in report["workloads"]["mm-64"]["calo"]  # curves are plots, below
