@@ -333,9 +333,9 @@ def saved_runs(path: Path, config: dict) -> dict[str, dict]:
     if not path.exists():
         return {}
     saved = json.loads(path.read_text())
-    if not isinstance(saved, dict) or saved.get("config") != config:
-        differ = sorted(k for k in config if not isinstance(saved, dict)
-                        or (saved.get("config") or {}).get(k) != config[k])
+    old = (saved.get("config") if isinstance(saved, dict) else None) or {}
+    if old != config:
+        differ = sorted(k for k in config if old.get(k) != config[k])
         raise SystemExit(f"{path} holds runs of another configuration (differs in: "
                          f"{', '.join(differ) or 'format'}); move it away to start afresh, or "
                          "give --out-dir a new folder")
@@ -415,8 +415,9 @@ def run_live(args, settings: Settings, work: Path) -> dict:
     if done:
         print(f"live: resuming, {len(done)} runs already saved in {runs_path}", flush=True)
     total = len(workloads) * args.seeds * len(MAIN)
-    pending = total - sum(f"{w} {m} {s}" in done for w in workloads for m in MAIN
-                          for s in range(args.seeds))
+    finished = sum(f"{w} {m} {s}" in done for w in workloads for m in MAIN
+                   for s in range(args.seeds))
+    pending = total - finished
     donors = None
     if pending and not model_source.startswith("pipeline"):
         cwd = Path.cwd()
@@ -427,6 +428,7 @@ def run_live(args, settings: Settings, work: Path) -> dict:
           f"{model_source}, {args.budget} trials a run; {pending} of {total} runs to go",
           flush=True)
     for workload in workloads:
+        ran = False
         for seed in range(args.seeds):
             seeded = settings.override({"tune.seed": seed})
             for method in MAIN:
@@ -447,11 +449,13 @@ def run_live(args, settings: Settings, work: Path) -> dict:
                 done[key] = {k: run[k] for k in ("curve", "seconds", "wall_s", "trials")}
                 args.out_dir.mkdir(parents=True, exist_ok=True)
                 runs_path.write_text(json.dumps({"config": config, "runs": done}))
-                print(f"[{len(done)}/{total}] {workload:<26}{method:<15}seed {seed}: best "
+                finished, ran = finished + 1, True
+                print(f"[{finished}/{total}] {workload:<26}{method:<15}seed {seed}: best "
                       f"{run['curve'][-1] * 1e6:.1f} us after {run['trials']} trials, "
                       f"{run['wall_s']:.0f} s", flush=True)
-        report = live_report(done, workloads, args.seeds, args.budget, device, model_source)
-        write_report(args, report)  # after every workload: an interruption keeps a report
+        if ran:  # a report after every workload that measured: an interruption keeps one
+            write_report(args, live_report(done, workloads, args.seeds, args.budget, device,
+                                           model_source))
     return live_report(done, workloads, args.seeds, args.budget, device, model_source)
 
 
@@ -478,7 +482,7 @@ def main() -> None:
     parser.add_argument("--pool", type=Path, help="replay: TVM database dir or .tar.gz")
     parser.add_argument("--min-pool", type=int, default=1000)
     parser.add_argument("--workload", action="append", help="live: workloads (default: "
-                        "the replay pool's five)")
+                        "LIVE_WORKLOADS, three at the suite's shapes and three unseen)")
     parser.add_argument("--seeds", type=int, default=None, help="10 replay, 5 live")
     parser.add_argument("--budget", type=int, default=None, help="trials: 160 replay, 200 live")
     parser.add_argument("--ablation-seeds", type=int, default=5)
