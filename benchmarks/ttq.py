@@ -23,6 +23,7 @@ seed s uses donor s % donors, so the spread over seeds includes the donor's. Run
 repository root:
 
     python benchmarks/ttq.py --mode replay --pool DIR_OR_TAR [--seeds 10] [--donors 10]
+                             [--donors-dir DIR]
     python benchmarks/ttq.py --mode live [--model donors] [--workload W ...] [--seeds 5]
                              [--budget 200] [--donors-dir DIR]
 
@@ -78,6 +79,8 @@ LIVE_WORKLOADS = ["matmul", "matmul@384x192x320", "dense-bias-relu", "conv2d-nhw
 
 # The params.yaml sections a donor model depends on (a kept donor is reused while they hold).
 DONOR_SETTINGS = ("split", "labels", "graph", "model", "train", "calibrate")
+# ... and the code (offline_eval.py trains them).
+DONOR_CODE = ("calo", "models", "tasks", "benchmarks/offline_eval.py")
 
 # id of a pool candidate -> (candidate, graph), shared by all runs; holding the candidate keeps
 # its id from being reused by another object.
@@ -149,16 +152,26 @@ def load_pool(path: Path, min_pool: int) -> dict[str, list]:
     return pool
 
 
+def code_hash() -> str:
+    """The project's code a donor is made by (any change there trains the kept donors anew)."""
+    paths = [ROOT.parent / d for d in DONOR_CODE]
+    files = sorted(f for p in paths for f in (p.rglob("*.py") if p.is_dir() else [p]))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(ROOT.parent)).encode() + f.read_bytes())
+    return digest.hexdigest()
+
+
 def calo_models(settings: Settings, work: Path, counts: dict[str, int],
                 keep: Path | None = None) -> dict[str, list[TrainedModel]]:
     """Donor models trained on the committed cpu-host suite pool, `counts[head]` of each head
     (evidential, deterministic), one per training seed: tuning seed s uses donor s, so a figure
     is not one donor's luck (donors of different seeds moved replay TTQs by a factor of two on
-    single workloads). With `keep`, donors trained there from the same pool and settings are
-    loaded instead of trained again."""
+    single workloads). With `keep`, donors trained there from the same pool, settings and code
+    are loaded instead of trained again."""
     models = keep or work / "models"
     recipe = {"pool": hashlib.sha256(POOLS["cpu-host"].read_bytes()).hexdigest(),
-              **{k: settings.raw[k] for k in DONOR_SETTINGS}}
+              "code": code_hash(), **{k: settings.raw[k] for k in DONOR_SETTINGS}}
     stamp = models / "recipe.json"
     names = [f"{head}-{seed}" for head, count in counts.items() for seed in range(count)]
     reuse = stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(recipe))
@@ -223,7 +236,8 @@ def summarize(ttqs: dict[str, dict[str, list[int]]], baseline: str = "xgb") -> d
 def run_replay(args, settings: Settings, work: Path) -> dict:
     pool = load_pool(args.pool, args.min_pool)
     donors = calo_models(settings, work, {"evidential": args.donors,
-                                        "deterministic": min(args.donors, args.ablation_seeds)})
+                                        "deterministic": min(args.donors, args.ablation_seeds)},
+                         args.donors_dir)
 
     def donor(kind: str, seed: int) -> TrainedModel:
         return donors[kind][seed % len(donors[kind])]
@@ -508,6 +522,8 @@ def main() -> None:
     args.out_dir = args.out_dir.resolve()
     if args.pool is not None:
         args.pool = args.pool.resolve()
+    if args.donors_dir is not None:  # training runs in a work directory of its own
+        args.donors_dir = args.donors_dir.resolve()
     settings = load_settings(Path("params.yaml").resolve())
     work = Path(tempfile.mkdtemp(prefix="calo-ttq-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")

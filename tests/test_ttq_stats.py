@@ -57,3 +57,35 @@ def test_saved_live_runs_resume_only_under_the_same_configuration(tmp_path):
     path.write_text(json.dumps({"w calo 0": {}}))  # the format before resuming existed
     with pytest.raises(SystemExit, match="another configuration"):
         saved_runs(path, {"budget": 200})
+
+
+def test_a_measurement_below_the_repeat_floor_costs_the_floor_whatever_its_latency():
+    from live_ranking import running_seconds
+
+    from calo.config import load_settings
+
+    harvest = load_settings(Path(__file__).resolve().parents[1] / "params.yaml").harvest
+    floor = harvest.min_repeat_ms / 1e3
+    fast, slow = floor / 100 / harvest.number, 3 * floor / harvest.number
+    assert running_seconds([fast] * 3, harvest) == pytest.approx((3 * floor, 0.0))
+    assert running_seconds([fast, slow], harvest) == pytest.approx((4 * floor, 2 * floor))
+
+
+def test_the_kept_donors_stamp_changes_with_their_code_and_nothing_else(tmp_path, monkeypatch):
+    import ttq
+
+    for d in ttq.DONOR_CODE:
+        path = tmp_path / d
+        if path.suffix:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("x = 1\n")
+        else:
+            (path / "sub").mkdir(parents=True)
+            (path / "sub" / "m.py").write_text("x = 1\n")
+    monkeypatch.setattr(ttq, "ROOT", tmp_path / "benchmarks")
+    before = ttq.code_hash()
+    assert ttq.code_hash() == before
+    (tmp_path / "models" / "sub" / "notes.txt").write_text("not code")
+    assert ttq.code_hash() == before
+    (tmp_path / "models" / "sub" / "m.py").write_text("x = 2\n")
+    assert ttq.code_hash() != before
