@@ -12,7 +12,7 @@ that floor costs the floor whatever its latency. The run's kernel-running second
 them above the floor (all a cost-aware choice could avoid) are printed per run. Run from the
 repository root:
 
-    python benchmarks/live_ranking.py WORK_DIR [--donors-dir DIR] [--workload matmul ...]
+    python benchmarks/live_ranking.py WORK_DIR [WORK_DIR ...] [--donors-dir DIR] [--workload W ...]
 
 (--donors-dir: where the donors are when the live run kept them there, else WORK_DIR/models.)
 """
@@ -45,6 +45,16 @@ def running_seconds(repeat_secs: list[float], harvest: Harvest) -> tuple[float, 
     return sum(spent), sum(s - floor for s in spent)
 
 
+def load_donors(models: Path) -> list[TrainedModel]:
+    """ttq.py trains one donor per training seed; tuning seed s used donor s % len(donors)."""
+    donors = [TrainedModel.load(models / f"evidential-{i}")
+              for i in range(len(list(models.glob("evidential-*"))))]
+    if not donors:
+        raise SystemExit(f"no donor models under {models}: pass the work directory that "
+                         "`ttq.py --mode live` printed (and --donors-dir if it had one)")
+    return donors
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work_dirs", type=Path, nargs="+", metavar="WORK_DIR")
@@ -55,14 +65,9 @@ def main() -> None:
     print(f"{'run':<34}{'tau':>7}{'pred spread':>13}{'true spread':>13}{'best us':>9}"
           f"{'running s':>11}{'above floor s':>15}")
     total = np.zeros(2)
+    kept = load_donors(args.donors_dir) if args.donors_dir else None
     for work_dir in args.work_dirs:
-        # ttq.py trains one donor per training seed; tuning seed s used donor s % len(donors).
-        models = args.donors_dir or work_dir / "models"
-        donors = [TrainedModel.load(models / f"evidential-{i}")
-                  for i in range(len(list(models.glob("evidential-*"))))]
-        if not donors:
-            raise SystemExit(f"no donor models under {models}: pass the work directory that "
-                             "`ttq.py --mode live` printed (and --donors-dir if it had one)")
+        donors = kept or load_donors(work_dir / "models")
         workloads = args.workload or sorted(
             p.name for p in work_dir.iterdir()
             if p.is_dir() and p.name not in ("data", "models", "pools"))
