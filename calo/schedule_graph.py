@@ -46,6 +46,8 @@ FEATURES = (
     "rel_extent",           # log_extent / the workload's log iteration count (or largest buffer)
     "rel_trip_count",       # log_trip_count / the workload's log iteration count
     "rel_bytes",            # log_bytes / the workload's largest buffer's log bytes
+    "log_footprint",        # loop: bytes its whole run touches, over the blocks beneath it
+    "rel_footprint",        # log_footprint / the workload's largest buffer's log bytes
 )
 NUM_FEATURES = len(FEATURES)
 _COL = {name: i for i, name in enumerate(FEATURES)}
@@ -72,6 +74,8 @@ class _Builder:
     buffers: dict[str, int] = field(default_factory=dict)
     loop_of_var: dict[int, int] = field(default_factory=dict)  # hash(loop var) -> loop node
     loops: int = 0
+    extent: dict[int, int] = field(default_factory=dict)  # loop node -> extent
+    enclosing: list[int] = field(default_factory=list)  # loops around the walk, outermost first
 
     def node(self, **values: float) -> int:
         row = np.zeros(NUM_FEATURES, dtype=np.float32)
@@ -102,6 +106,12 @@ _BUFFER_CACHE_SIZE = 4096
 
 
 def _buffer_row(buf) -> tuple[str, np.ndarray]:
+    hit = _buffer_info(buf)
+    return hit[1], hit[2]
+
+
+def _buffer_info(buf) -> tuple:
+    """(buffer, name, feature row, static shape, bytes per element), read from TVM once."""
     key = hash(buf)
     hit = _BUFFERS.get(key)
     if hit is None:
@@ -116,8 +126,9 @@ def _buffer_row(buf) -> tuple[str, np.ndarray]:
             row[_COL[column]] = value
         if len(_BUFFERS) >= _BUFFER_CACHE_SIZE:
             _BUFFERS.clear()
-        hit = _BUFFERS[key] = (buf, buf.name, row)
-    return hit[1], hit[2]
+        shape = tuple(_int(size) for size in buf.shape[:])
+        hit = _BUFFERS[key] = (buf, buf.name, row, shape, nbytes / max(elems, 1))
+    return hit
 
 
 def buffer_size(buf) -> tuple[int, float]:
@@ -167,6 +178,7 @@ def _normalize_per_workload(x: np.ndarray) -> None:
         buffers, largest(buffers, "log_extent"), size)
     x[:, _COL["rel_trip_count"]] = x[:, _COL["log_trip_count"]] / size
     x[:, _COL["rel_bytes"]] = x[:, _COL["log_bytes"]] / largest(buffers, "log_bytes")
+    x[:, _COL["rel_footprint"]] = x[:, _COL["log_footprint"]] / largest(buffers, "log_bytes")
 
 
 def _walk(g: _Builder, stmt, parent: int | None, depth: int, trips: int,
@@ -220,10 +232,13 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
     if parent is not None:
         g.edge(parent, node, NEST)
     g.loop_of_var[hash(loop.loop_var)] = node
+    g.extent[node] = extent
     g.loops += 1
     inner_blocks: list[int] = []
     loops_before = g.loops
+    g.enclosing.append(node)
     _walk(g, loop.body, node, depth + 1, trips * extent, inner_blocks)
+    g.enclosing.pop()
     g.rows[node][_COL["innermost"]] = float(g.loops == loops_before)
     # Blocks computed inside the same loop nest are fused: link them in program order.
     for a, b in zip(inner_blocks, inner_blocks[1:]):
@@ -252,7 +267,7 @@ def _walk_block(g: _Builder, realize: s_tir.SBlockRealize, parent: int | None, d
     )
     if parent is not None:
         g.edge(parent, node, NEST)
-    _mark_inner_dim_loops(g, iter_vars, realize.iter_values[:], reads + writes)
+    _mark_accesses(g, iter_vars, realize.iter_values[:], reads + writes)
     for region in reads:
         g.edge(g.buffer(region.source), node, DATAFLOW)
     for region in writes:
@@ -262,30 +277,62 @@ def _walk_block(g: _Builder, realize: s_tir.SBlockRealize, parent: int | None, d
     return [node]
 
 
-def _mark_inner_dim_loops(g: _Builder, iter_vars: list, iter_values: list, regions: list
-                          ) -> None:
-    """Count, on each loop, the block's accesses whose last index the loop's variable drives.
+def _mark_accesses(g: _Builder, iter_vars: list, iter_values: list, regions: list) -> None:
+    """Per enclosing loop: the block's accesses whose contiguous index it drives, and the bytes
+    the block touches over the loop's whole run (its footprint: what decides the cache level a
+    tile lives in).
 
     The last index is the contiguous one, so a vectorized or innermost loop that drives it walks
-    memory with unit stride: the access pattern that caches and vector units reward.
+    memory with unit stride: the access pattern that caches and vector units reward. A region's
+    span along one dimension under a loop is the product of the extents of the loops, at or
+    inside it, that drive that dimension (exact for the splits a schedule makes), at most the
+    buffer's size there.
     """
-    inner_vars: list[int] = []
-    for region in regions:
-        ranges = region.region
-        if len(ranges):
-            inner_vars += [hash(v) for v in tirx.analysis.undefined_vars(ranges[-1].min)[:]]
-    if not inner_vars:
-        return
+    drivers: dict[int, list[int]] = {}  # hash(block iter var) -> loop nodes its binding reads
     for iv, value in zip(iter_vars, iter_values):
-        uses = inner_vars.count(hash(iv.var))
-        if not uses:
+        drivers[hash(iv.var)] = [g.loop_of_var[h] for h in map(hash, _vars(value))
+                                 if h in g.loop_of_var]
+    inner_dim: dict[int, int] = {}
+    touched: dict[str, list[float]] = {}  # buffer -> its bytes under each enclosing loop
+    for region in regions:
+        _, name, _, shape, elem_bytes = _buffer_info(region.source)
+        dims = []  # per dimension: (loop nodes driving it, extent of one access, buffer size)
+        for rng, size in zip(region.region[:], shape):
+            loops = [loop for v in _vars(rng.min) for loop in drivers.get(hash(v), ())]
+            dims.append((loops, _int(rng.extent), size))
+        if not dims:
             continue
-        for var in tirx.analysis.undefined_vars(value)[:]:
-            loop = g.loop_of_var.get(hash(var))
-            if loop is not None:
-                row = g.rows[loop]
-                count = 2 ** row[_COL["log_inner_dim_accesses"]] - 1 + uses
-                row[_COL["log_inner_dim_accesses"]] = _log(count)
+        for loop in dims[-1][0]:
+            inner_dim[loop] = inner_dim.get(loop, 0) + 1
+        spans = [min(float(extent), size) for _, extent, size in dims]
+        elems = math.prod(spans)
+        per_loop = touched.setdefault(name, [0.0] * len(g.enclosing))
+        for k in range(len(g.enclosing) - 1, -1, -1):  # innermost loop first
+            loop = g.enclosing[k]
+            for d, (loops, _, size) in enumerate(dims):
+                if loop in loops and spans[d] < size:
+                    grown = min(spans[d] * g.extent[loop], size)
+                    elems *= grown / spans[d]
+                    spans[d] = grown
+            per_loop[k] = max(per_loop[k], elems * elem_bytes)
+    for loop, uses in inner_dim.items():
+        _add_log(g.rows[loop], "log_inner_dim_accesses", uses)
+    for k, loop in enumerate(g.enclosing):
+        _add_log(g.rows[loop], "log_footprint", sum(b[k] for b in touched.values()))
+
+
+def _add_log(row: np.ndarray, column: str, value: float) -> None:
+    """Add value to a count kept in log2(1 + x) units."""
+    row[_COL[column]] = _log(2 ** float(row[_COL[column]]) - 1 + value)
+
+
+def _vars(expr) -> list:
+    """The variables an index expression reads (most are one variable: no call into TVM)."""
+    if isinstance(expr, tirx.Var):
+        return [expr]
+    if isinstance(expr, tirx.IntImm):
+        return []
+    return tirx.analysis.undefined_vars(expr)[:]
 
 
 __all__ = ["EDGE_TYPES", "FEATURES", "NUM_FEATURES", "ScheduleGraph", "buffer_size",

@@ -87,6 +87,23 @@ def test_access_pattern_vector_width_and_innermost_loops():
     assert loops[:, COL["innermost"]].sum() == 2  # k under the matmul, ax0 under the relu
 
 
+def test_loop_footprint_counts_the_bytes_a_tile_touches():
+    g = extract_graph(_matmul_relu_schedule())
+    loops = g.x[g.x[:, COL["is_loop"]] == 1]  # program order: i_0, i_1, j, k, ax0
+    footprint = np.round(2 ** loops[:, COL["log_footprint"]] - 1).astype(int)
+    f32 = 4
+    # k: a row of A, a column of B, one element of C
+    assert footprint[3] == (32 + 32 + 1) * f32
+    # j: the same row of A, all of B, a row of C (k and j drive nothing of A's rows)
+    assert footprint[2] == (32 + 32 * 32 + 32) * f32
+    # i_1 (8 rows): the matmul's A, B and C tiles, and the relu's C and output tiles
+    assert footprint[1] == (8 * 32 + 32 * 32 + 8 * 32 + 8 * 32 + 8 * 32) * f32
+    # spans never exceed the buffer: the outermost loop touches each buffer once per block
+    assert footprint[0] == (3 * 32 * 32 + 2 * 32 * 32) * f32
+    rel = loops[:, COL["rel_footprint"]]
+    assert np.all(np.diff(rel[:4]) < 0)  # shrinks toward the innermost loop
+
+
 def test_normalized_columns_are_relative_to_the_workload_itself():
     def rel(n: int, tile: int) -> np.ndarray:
         from tvm.s_tir.meta_schedule.testing import te_workload
