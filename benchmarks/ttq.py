@@ -41,6 +41,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -57,7 +58,7 @@ from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
 from calo import plots, records  # noqa: E402
-from calo.artifact import TrainedModel  # noqa: E402
+from calo.artifact import CONFIG, TrainedModel  # noqa: E402
 from calo.baselines import xgb_model  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
@@ -175,7 +176,13 @@ def calo_models(settings: Settings, work: Path, counts: dict[str, int],
     stamp = models / "recipe.json"
     names = [f"{head}-{seed}" for head, count in counts.items() for seed in range(count)]
     reuse = stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(recipe))
-    missing = [n for n in names if not (reuse and (models / n).is_dir())]
+    if not reuse and models.is_dir():  # donors of another recipe are never reused
+        stamp.unlink(missing_ok=True)
+        for old in models.glob("*-*"):
+            if (old / CONFIG).is_file():
+                shutil.rmtree(old)
+    # A donor counts once its config is written (TrainedModel.save writes it last).
+    missing = [n for n in names if not (models / n / CONFIG).is_file()]
     if missing:
         os.chdir(work)
         (work / "data" / "records").mkdir(parents=True, exist_ok=True)
@@ -183,13 +190,15 @@ def calo_models(settings: Settings, work: Path, counts: dict[str, int],
         # Head and training seed leave the graphs as they are: extract once for all donors.
         extract(with_overrides(settings, "cpu-host", []), "cpu-host")
         models.mkdir(parents=True, exist_ok=True)
-        if not reuse:
-            stamp.unlink(missing_ok=True)  # no donor of another recipe is reused after this
-        for name in missing:
+        # Stamped before training, so each donor saved is kept if the run stops after it.
+        stamp.write_text(json.dumps(recipe, indent=1))
+        for k, name in enumerate(missing, 1):
             head, seed = name.rsplit("-", 1)
             sets = [f"model.head={head}", f"train.seed={seed}"]
+            started = time.perf_counter()
             train_donor(with_overrides(settings, "cpu-host", sets), models / name)
-        stamp.write_text(json.dumps(recipe, indent=1))
+            print(f"donors: {name} trained in {time.perf_counter() - started:.0f} s "
+                  f"({k}/{len(missing)}, {len(names) - len(missing)} reused)", flush=True)
     else:
         print(f"donors: reusing {len(names)} from {models}", flush=True)
     out: dict[str, list[TrainedModel]] = {}
