@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from tvm import s_tir, tirx
@@ -74,8 +75,8 @@ class _Builder:
     buffers: dict[str, int] = field(default_factory=dict)
     loop_of_var: dict[int, int] = field(default_factory=dict)  # hash(loop var) -> loop node
     loops: int = 0
-    extent: dict[int, int] = field(default_factory=dict)  # loop node -> extent
-    enclosing: list[int] = field(default_factory=list)  # loops around the walk, outermost first
+    # (loop node, extent) of the loops around the walk, outermost first
+    enclosing: list[tuple[int, int]] = field(default_factory=list)
 
     def node(self, **values: float) -> int:
         row = np.zeros(NUM_FEATURES, dtype=np.float32)
@@ -90,28 +91,31 @@ class _Builder:
         self.etype.append(kind)
 
     def buffer(self, buf) -> int:
-        name, row = _buffer_row(buf)
-        if name not in self.buffers:
-            self.rows.append(row.copy())
-            self.buffers[name] = len(self.rows) - 1
-        return self.buffers[name]
+        info = _buffer_info(buf)
+        if info.name not in self.buffers:
+            self.rows.append(info.row.copy())
+            self.buffers[info.name] = len(self.rows) - 1
+        return self.buffers[info.name]
 
 
-# Buffer -> (buffer, name, feature row). All candidates of a task share the workload's buffer
+class _BufferInfo(NamedTuple):
+    buf: object              # held so the cache key (the node's address) stays in use
+    name: str
+    row: np.ndarray          # the buffer's node features
+    shape: tuple[int, ...]   # static sizes (symbolic dimensions count as 1)
+    elem_bytes: float
+
+
+# Buffer -> what the graph reads of it. All candidates of a task share the workload's buffer
 # objects (a schedule rewrites loops, not the function's parameters), so their features are
 # read from TVM once per task. TIR nodes are immutable and the entry holds its buffer, so the
 # key (the node's address) cannot be reused while the entry lives.
-_BUFFERS: dict[int, tuple] = {}
+_BUFFERS: dict[int, _BufferInfo] = {}
 _BUFFER_CACHE_SIZE = 4096
 
 
-def _buffer_row(buf) -> tuple[str, np.ndarray]:
-    hit = _buffer_info(buf)
-    return hit[1], hit[2]
-
-
-def _buffer_info(buf) -> tuple:
-    """(buffer, name, feature row, static shape, bytes per element), read from TVM once."""
+def _buffer_info(buf) -> _BufferInfo:
+    """A buffer's name, features, shape and element size, read from TVM once per task."""
     key = hash(buf)
     hit = _BUFFERS.get(key)
     if hit is None:
@@ -127,7 +131,7 @@ def _buffer_info(buf) -> tuple:
         if len(_BUFFERS) >= _BUFFER_CACHE_SIZE:
             _BUFFERS.clear()
         shape = tuple(_int(size) for size in buf.shape[:])
-        hit = _BUFFERS[key] = (buf, buf.name, row, shape, nbytes / max(elems, 1))
+        hit = _BUFFERS[key] = _BufferInfo(buf, buf.name, row, shape, nbytes / max(elems, 1))
     return hit
 
 
@@ -232,11 +236,10 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
     if parent is not None:
         g.edge(parent, node, NEST)
     g.loop_of_var[hash(loop.loop_var)] = node
-    g.extent[node] = extent
     g.loops += 1
     inner_blocks: list[int] = []
     loops_before = g.loops
-    g.enclosing.append(node)
+    g.enclosing.append((node, extent))
     _walk(g, loop.body, node, depth + 1, trips * extent, inner_blocks)
     g.enclosing.pop()
     g.rows[node][_COL["innermost"]] = float(g.loops == loops_before)
@@ -295,9 +298,9 @@ def _mark_accesses(g: _Builder, iter_vars: list, iter_values: list, regions: lis
     inner_dim: dict[int, int] = {}
     touched: dict[str, list[float]] = {}  # buffer -> its bytes under each enclosing loop
     for region in regions:
-        _, name, _, shape, elem_bytes = _buffer_info(region.source)
+        info = _buffer_info(region.source)
         dims = []  # per dimension: (loop nodes driving it, extent of one access, buffer size)
-        for rng, size in zip(region.region[:], shape):
+        for rng, size in zip(region.region[:], info.shape):
             loops = [loop for v in _vars(rng.min) for loop in drivers.get(hash(v), ())]
             dims.append((loops, _int(rng.extent), size))
         if not dims:
@@ -306,18 +309,18 @@ def _mark_accesses(g: _Builder, iter_vars: list, iter_values: list, regions: lis
             inner_dim[loop] = inner_dim.get(loop, 0) + 1
         spans = [min(float(extent), size) for _, extent, size in dims]
         elems = math.prod(spans)
-        per_loop = touched.setdefault(name, [0.0] * len(g.enclosing))
+        per_loop = touched.setdefault(info.name, [0.0] * len(g.enclosing))
         for k in range(len(g.enclosing) - 1, -1, -1):  # innermost loop first
-            loop = g.enclosing[k]
+            loop, extent = g.enclosing[k]
             for d, (loops, _, size) in enumerate(dims):
                 if loop in loops and spans[d] < size:
-                    grown = min(spans[d] * g.extent[loop], size)
+                    grown = min(spans[d] * extent, size)
                     elems *= grown / spans[d]
                     spans[d] = grown
-            per_loop[k] = max(per_loop[k], elems * elem_bytes)
+            per_loop[k] = max(per_loop[k], elems * info.elem_bytes)
     for loop, uses in inner_dim.items():
         _add_log(g.rows[loop], "log_inner_dim_accesses", uses)
-    for k, loop in enumerate(g.enclosing):
+    for k, (loop, _) in enumerate(g.enclosing):
         _add_log(g.rows[loop], "log_footprint", sum(b[k] for b in touched.values()))
 
 
