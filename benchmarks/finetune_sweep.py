@@ -89,7 +89,7 @@ def main() -> None:
         trained, how = donor, {}
         if overrides is not None:
             try:
-                trained, how = fine_tuned(donor, settings, warm_graphs)
+                trained, how = fine_tuned(donor, settings, warm_graphs, warm)
             except CaloError as err:
                 raise SystemExit(f"variant {name}: {err}") from None
         per_source, pooled = score_held_out(trained, held, held_graphs.__getitem__,

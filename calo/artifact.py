@@ -74,6 +74,11 @@ class TrainedModel:
         config = ModelConfig.of(settings.graph, settings.model)
         return cls(config.build(), config)
 
+    def trained_on(self, targets: set[str]) -> bool:
+        """Whether all these targets (records.target_key) are of devices this model was
+        trained on: adapting to them is then learning new workloads, not a new device."""
+        return bool(targets) and targets <= set(self.info.get("targets", ()))
+
     @property
     def graph_kind(self) -> str:
         return self.config.graph

@@ -158,22 +158,30 @@ class Correction:
 @dataclass(frozen=True)
 class Finetune:
     batch_size: int
-    rule: tuple[FinetuneStep, ...]
+    rule: tuple[FinetuneStep, ...]           # records of another device than the model's
+    # records of a device the model was trained on (new workloads only); empty: `rule`
+    same_device_rule: tuple[FinetuneStep, ...] = ()
     recenter: bool = False
     keep: Literal["best", "last"] = "best"   # the weights of the best validation NLL, or the last
     correction: Correction = Correction()
 
     @property
+    def rules(self) -> dict[str, tuple[FinetuneStep, ...]]:
+        return {"rule": self.rule, "same_device_rule": self.same_device_rule}
+
+    @property
     def corrects(self) -> bool:
         """Some warm-up size gets a residual correction (calo.correction)."""
-        return any(step.correction > 0 for step in self.rule)
+        return any(step.correction > 0 for rule in self.rules.values() for step in rule)
 
-    def step_for(self, per_workload: float) -> FinetuneStep:
-        """The rule's row for a warm-up of `per_workload` records per workload."""
-        for step in self.rule:
+    def step_for(self, per_workload: float, same_device: bool = False) -> FinetuneStep:
+        """The row for a warm-up of `per_workload` records per workload: of the same-device
+        rule when the records are of a device the model was trained on."""
+        rule = self.same_device_rule if same_device and self.same_device_rule else self.rule
+        for step in rule:
             if step.up_to is None or per_workload <= step.up_to:
                 return step
-        return self.rule[-1]
+        return rule[-1]
 
 
 @dataclass(frozen=True)
@@ -330,20 +338,23 @@ def _check_references(s: Settings, where: str) -> None:
         check_target(device.target, where=f"{where}: devices.{name}")
     for name in (*s.harvest.workloads, *s.tune.workloads):
         s.workload(name)
-    bounds = [step.up_to for step in s.finetune.rule]
-    if not bounds or bounds[-1] is not None or None in bounds[:-1] or bounds[:-1] != sorted(
-            set(bounds[:-1])):
-        raise CaloError(f"{where}: finetune.rule must list rows by increasing up_to, the last "
-                        f"with up_to: null (any warm-up size), got up_to {bounds}")
+    for name, rule in s.finetune.rules.items():
+        if name != "rule" and not rule:
+            continue
+        bounds = [step.up_to for step in rule]
+        if not bounds or bounds[-1] is not None or None in bounds[:-1] or bounds[:-1] != sorted(
+                set(bounds[:-1])):
+            raise CaloError(f"{where}: finetune.{name} must list rows by increasing up_to, the "
+                            f"last with up_to: null (any warm-up size), got up_to {bounds}")
+        if any(step.correction < 0 for step in rule):
+            raise CaloError(f"{where}: finetune.{name}: correction is a number of boosting "
+                            "rounds, >= 0")
+        if any(step.anchor < 0 for step in rule):
+            raise CaloError(f"{where}: finetune.{name}: anchor must be >= 0 (0: no pull toward "
+                            "the donor's weights)")
     if s.tune.correct_top < 0:
         raise CaloError(f"{where}: tune.correct_top must be >= 0 (0: every candidate), got "
                         f"{s.tune.correct_top}")
-    if any(step.correction < 0 for step in s.finetune.rule):
-        raise CaloError(f"{where}: finetune.rule: correction is a number of boosting rounds, "
-                        ">= 0")
-    if any(step.anchor < 0 for step in s.finetune.rule):
-        raise CaloError(f"{where}: finetune.rule: anchor must be >= 0 (0: no pull toward the "
-                        "donor's weights)")
     c = s.finetune.correction
     if c.depth < 1 or c.lr <= 0 or not 0 < c.subsample <= 1 or c.threads < 1:
         raise CaloError(f"{where}: finetune.correction needs depth >= 1, lr > 0, subsample in "

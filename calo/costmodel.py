@@ -26,7 +26,7 @@ from calo.correction import fit_residuals
 from calo.dataset import collate, to_data
 from calo.graphs import of_candidates
 from calo.models.training import Anchor, loader, recenter, train_step
-from calo.records import latency_of
+from calo.records import latency_of, target_key
 from calo.schedule_graph import ScheduleGraph
 
 ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of this search
@@ -101,8 +101,10 @@ class CaloCostModel(PyCostModel):
         self.round += 1
         if not self.measured or self.update_steps <= 0:
             return
-        # The warm-up fine-tune's rule, at the number of records this search has measured.
-        step = self.finetune.step_for(len(self.measured))
+        # The warm-up fine-tune's rule, at the number of records this search has measured, for
+        # its device: one the model has learned, or a new one.
+        target = {target_key(context.target)} if context.target is not None else set()
+        step = self.finetune.step_for(len(self.measured), self.trained.trained_on(target))
         if step != self.step:
             self.step = step
             self.model.set_trainable(step.layers)

@@ -257,6 +257,21 @@ def records_of_lines(context: StoreContext, numbered: Iterable[tuple[int, str]],
                      m.get("source", RANDOM), m.get("status", "ok" if latency else "failed"))
 
 
+def target_key(target) -> str:
+    """A target (TVM's Target, or the dict a record file holds) as one comparable string."""
+    spec = target if isinstance(target, dict) else json.loads(str(target))
+    return json.dumps(spec, sort_keys=True)
+
+
+def store_targets(path: Path) -> set[str]:
+    """The targets a store's records were measured on (target_key), read without parsing
+    the traces."""
+    if not (path / RECORD_FILE).is_file():
+        return set()
+    specs = (json.loads(line)[1][2] for line in complete_lines(path / RECORD_FILE))
+    return {target_key(spec) for spec in specs if spec is not None}
+
+
 def count_by_workload(path: Path) -> dict[str, int]:
     """Records per workload key, reading only each line's workload index (no trace parsing)."""
     if not (path / RECORD_FILE).is_file() or not (path / WORKLOAD_FILE).is_file():

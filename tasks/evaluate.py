@@ -42,7 +42,7 @@ from calo.evaluation import calibration, checked_temperature, predictive, rankin
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
 from calo.models.training import predict
-from calo.records import EVOLVED, RANDOM, Record, iter_records
+from calo.records import EVOLVED, RANDOM, Record, iter_records, target_key
 from calo.tasks.finetune import adapt
 
 RANKING = ("kendall_tau", "top1", "top5", "regret")
@@ -229,7 +229,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         warm_graphs = graph_set(kind, warm, Progress("evaluate: warm-up graphs", len(warm),
                                                      "records").advance,
                                 stores or settings.finetune.corrects)
-        trained, finetune = fine_tuned(trained, settings, warm_graphs)
+        trained, finetune = fine_tuned(trained, settings, warm_graphs, warm)
         stores = trained.needs_stores
     donor_store = paths.records_dir(settings.donor)
     donor = ([r for r in iter_records(donor_store) if r.latency is not None]
@@ -264,11 +264,12 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     return report
 
 
-def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: GraphSet
-               ) -> tuple[TrainedModel, dict]:
-    """A copy of the model fine-tuned on warm-up graphs as the finetune stage does (the rule's
-    row for their size), its temperature refitted on a hash-split share of them (as the
-    calibrate stage does, kept only if it helps); and how the fine-tune went."""
+def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: GraphSet,
+               warm: list[Record]) -> tuple[TrainedModel, dict]:
+    """A copy of the model fine-tuned on the graphs of the warm-up records `warm` as the
+    finetune stage does (the rule's row for their size and device), its temperature refitted
+    on a hash-split share of them (as the calibrate stage does, kept only if it helps); and
+    how the fine-tune went."""
     trained = copy.deepcopy(trained)
     fractions = cfg.Split(val=settings.split.val, test=0.0)
     is_val = [split_of(w, r, fractions) == "val"
@@ -276,12 +277,15 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     fit_set = warm_graphs.select([not v for v in is_val])
     cal_set = warm_graphs.select(is_val)
     start = time.perf_counter()
-    tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set)
+    targets = {target_key(r.record.target) for r in warm if r.record.target is not None}
+    tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set,
+                  targets)
     took = time.perf_counter() - start
     if len(cal_set) >= MIN_CALIBRATION_POINTS:
         trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
                                                   settings.calibrate.levels, trained.correction)
     return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],
+                     "same_device": tuned["config"]["same_device"],
                      "correction_rounds": tuned["config"]["correction_rounds"]}
 
 

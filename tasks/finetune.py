@@ -17,6 +17,7 @@ from calo.errors import CaloError
 from calo.evaluation import evaluate
 from calo.log import get_logger
 from calo.models.training import fit, recenter
+from calo.records import store_targets
 from calo.tasks.pretrain import log_epoch
 
 
@@ -29,11 +30,13 @@ def load_donor(settings: cfg.Settings) -> TrainedModel:
 
 
 def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graphs: GraphSet,
-          val: GraphSet, on_epoch=None, step: cfg.FinetuneStep | None = None) -> dict:
-    """Stage 2 of the transfer: train the donor model on warm-up graphs, with the rule's row
-    for their number per workload (which layers, epochs, learning rate) unless `step` is
-    given (the caller looked it up already)."""
-    step = step or finetune.step_for(graphs.per_workload())
+          val: GraphSet, targets: set[str], on_epoch=None) -> dict:
+    """Stage 2 of the transfer: train the donor model on warm-up graphs of `targets`
+    (records.target_key), with the rule's row for their number per workload (which layers,
+    epochs, learning rate, pull toward the donor): the same-device rule's if the model was
+    trained on those targets already. The model then counts them among its own."""
+    same_device = trained.trained_on(targets)
+    step = finetune.step_for(graphs.per_workload(), same_device)
     shift = recenter(trained.net, graphs.graphs) if finetune.recenter else 0.0
     trained.net.set_trainable(step.layers)
     schedule = {**compute.fit_options(train), "lr": step.lr, "batch_size": finetune.batch_size,
@@ -43,8 +46,9 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
                  on_epoch=on_epoch, **schedule)
     trained.correction = fit_residuals(trained.net, finetune.correction, step.correction,
                                        graphs.graphs, train.seed)
+    trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
-                                 "correction_rounds": step.correction,
+                                 "correction_rounds": step.correction, "same_device": same_device,
                                  "warmup_per_workload": graphs.per_workload()}}
 
 
@@ -66,9 +70,10 @@ def _finetune(settings: cfg.Settings, device: str) -> dict:
     levels = settings.calibrate.levels
     with registry.start_run(settings, "finetune", f"finetune-{device}"):
         before = evaluate(trained.net, val, levels, trained.temperature)
-        step = settings.finetune.step_for(train.per_workload())
-        result = adapt(trained, settings.finetune, settings.train, train, val,
-                       log_epoch(f"finetune {device}", step.epochs), step)
+        targets = store_targets(paths.records_dir(device))
+        step = settings.finetune.step_for(train.per_workload(), trained.trained_on(targets))
+        result = adapt(trained, settings.finetune, settings.train, train, val, targets,
+                       log_epoch(f"finetune {device}", step.epochs))
         mlflow.log_params({**result["config"], "train_device_used": result["config"]["device"],
                            "device": device, "donor": settings.donor,
                            "warmup_graphs": len(train), "noisy_dropped": noisy})
@@ -79,7 +84,7 @@ def _finetune(settings: cfg.Settings, device: str) -> dict:
         metrics = {**{f"zero_shot_val_{k}": v for k, v in before.items()},
                    **{f"val_{k}": v for k, v in after.items()}}
         mlflow.log_metrics(metrics)
-    trained.info = {"device": device, "donor": settings.donor,
+    trained.info = {"device": device, "donor": settings.donor, "targets": trained.info["targets"],
                     "donor_sha256": registry.artifact_digest(paths.model_dir(settings.donor)),
                     "warmup_graphs": len(train),
                     **registry.data_version(device)}

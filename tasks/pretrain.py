@@ -15,6 +15,7 @@ from calo.errors import CaloError
 from calo.evaluation import checked_temperature, evaluate
 from calo.log import Progress, get_logger
 from calo.models.training import fit
+from calo.records import store_targets
 
 # split.donor_calibration: workload keeps whole workloads out of training only when the donor
 # has this many: with a handful, each one held out is a large share of what it could learn.
@@ -98,6 +99,7 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     calibration = calibration if calibration is not None else val
     torch.manual_seed(settings.train.seed)
     trained = TrainedModel.new(settings)
+    trained.info["targets"] = sorted(store_targets(paths.records_dir(settings.donor)))
     set_normalization(trained, train.graphs, settings.train.graphs_in_memory)
     options = compute.fit_options(settings.train)
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
@@ -136,8 +138,8 @@ def _pretrain(settings: cfg.Settings) -> dict:
         trained, metrics = train_on_donor(settings, train, val, test, calibration,
                                           log_epoch("pretrain", settings.train.max_epochs))
         mlflow.log_metrics(metrics)
-        trained.info = {"device": donor, "role": "donor", "train_graphs": len(train),
-                        **registry.data_version(donor)}
+        trained.info.update({"device": donor, "role": "donor", "train_graphs": len(train),
+                             **registry.data_version(donor)})
         out = trained.save(paths.model_dir(donor))
         version = registry.register(
             settings, out, tags={**trained.info, **metrics},

@@ -52,7 +52,7 @@ def tiny_params() -> dict:
     params["harvest"].update({"workloads": ["mm-64", "mm-relu-32x64"], "batch_size": 8,
                               "min_repeat_ms": 2})
     params["train"].update({"max_epochs": 8})
-    for row in params["finetune"]["rule"]:
+    for row in params["finetune"]["rule"] + params["finetune"]["same_device_rule"]:
         row["epochs"] = min(row["epochs"], 8)
     params["tune"].update({"workloads": ["mm-64"], "max_trials": 8, "trials_per_iter": 4,
                            "update_steps": 3})

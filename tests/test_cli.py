@@ -115,13 +115,28 @@ def test_finetune_rule_picks_the_first_row_covering_the_warmup_size(params):
     assert [rule.step_for(n).epochs for n in (1, 8, 8.5, 64, 2000)] == [5, 5, 20, 20, 10]
 
 
+def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
+    rules = params.override({
+        "finetune.rule": [{"up_to": None, "layers": "all", "epochs": 30, "lr": 3.0e-3}],
+        "finetune.same_device_rule": [
+            {"up_to": 16, "layers": "all", "epochs": 10, "lr": 3.0e-4, "anchor": 100.0},
+            {"up_to": None, "layers": "head", "epochs": 5, "lr": 1.0e-4}]}).finetune
+    assert [rules.step_for(n).lr for n in (8, 100)] == [3.0e-3, 3.0e-3]
+    assert [rules.step_for(n, same_device=True).epochs for n in (8, 100)] == [10, 5]
+    # without a same-device rule every adaptation takes the rule
+    plain = params.override({"finetune.same_device_rule": []}).finetune
+    assert plain.step_for(8, same_device=True) == plain.step_for(8)
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda raw: raw["train"].update(lr="fast"), "train.lr must be a number, got 'fast'"),
     (lambda raw: raw["tune"].update(max_trials=True), "tune.max_trials must be an integer"),
     (lambda raw: raw["harvest"].update(batchsize=8), "unknown key 'harvest.batchsize'"),
     (lambda raw: raw["model"].pop("hidden"), "model.hidden is missing"),
     (lambda raw: raw.pop("tune"), "params.yaml: tune is missing"),
-    (lambda raw: raw["finetune"]["rule"].reverse(),
+    (lambda raw: raw["finetune"]["same_device_rule"].reverse(),
+     "finetune.same_device_rule must list rows by increasing up_to, the last with up_to: null"),
+    (lambda raw: raw["finetune"].update(rule=[]),
      "finetune.rule must list rows by increasing up_to, the last with up_to: null"),
     (lambda raw: raw["finetune"]["rule"][0].update(anchor=-1), "anchor must be >= 0"),
     (lambda raw: raw["finetune"].update(anchor=10), "unknown key 'finetune.anchor'"),

@@ -30,7 +30,7 @@ def corrected(params, pretrained, tmp_path, monkeypatch):
     extract(settings, TARGET)
     graphs = load_graphs(paths.graphs_path(TARGET), "schedule")
     adapted = copy.deepcopy(donor)
-    adapt(adapted, settings.finetune, settings.train, graphs, graphs)
+    adapt(adapted, settings.finetune, settings.train, graphs, graphs, set())
     return settings, adapted, graphs
 
 

@@ -119,3 +119,20 @@ def test_evaluate_bad_input_is_one_line(params, pretrained, capsys, args, messag
              **dict(zip(args[::2], args[1::2]))}
     assert main(["evaluate"] + [x for kv in given.items() for x in kv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_fine_tune_tells_a_new_device_from_the_donors_own(params, pretrained):
+    """The donor remembers the targets it was trained on; a warm-up of another target takes
+    the new-device rule, one of its own the same-device rule, and the result knows both."""
+    from calo.records import store_targets
+    from calo.tasks.evaluate import evaluate_records
+
+    donor = TrainedModel.load(paths.model_dir(DONOR))
+    own = store_targets(paths.records_dir(DONOR))
+    assert own and set(donor.info["targets"]) == own
+    assert not donor.trained_on(store_targets(paths.records_dir(TARGET)))
+    model = str(paths.model_dir(DONOR))
+    for device, same in ((TARGET, False), (DONOR, True)):
+        report = evaluate_records(params, model, str(paths.records_dir(device)),
+                                  warmup_records=3, baselines=False)
+        assert report["same_device"] is same, device
