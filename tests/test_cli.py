@@ -134,7 +134,7 @@ def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
     (lambda raw: raw["harvest"].update(batchsize=8), "unknown key 'harvest.batchsize'"),
     (lambda raw: raw["model"].pop("hidden"), "model.hidden is missing"),
     (lambda raw: raw.pop("tune"), "params.yaml: tune is missing"),
-    (lambda raw: raw["finetune"]["same_device_rule"].reverse(),
+    (lambda raw: raw["finetune"].update(same_device_rule=raw["finetune"]["rule"][::-1]),
      "finetune.same_device_rule must list rows by increasing up_to, the last with up_to: null"),
     (lambda raw: raw["finetune"].update(rule=[]),
      "finetune.rule must list rows by increasing up_to, the last with up_to: null"),
