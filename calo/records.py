@@ -264,8 +264,8 @@ def target_key(target) -> str:
 
 
 def store_targets(path: Path) -> set[str]:
-    """The targets a store's records were measured on (target_key), read without parsing
-    the traces."""
+    """The targets a store's records were measured on (target_key), read from the record
+    file's JSON without building TVM's records."""
     if not (path / RECORD_FILE).is_file():
         return set()
     specs = (json.loads(line)[1][2] for line in complete_lines(path / RECORD_FILE))

@@ -30,13 +30,15 @@ def load_donor(settings: cfg.Settings) -> TrainedModel:
 
 
 def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graphs: GraphSet,
-          val: GraphSet, targets: set[str], on_epoch=None) -> dict:
+          val: GraphSet, targets: set[str], label: str | None = None) -> dict:
     """Stage 2 of the transfer: train the donor model on warm-up graphs of `targets`
     (records.target_key), with the rule's row for their number per workload (which layers,
     epochs, learning rate, pull toward the donor): the same-device rule's if the model was
-    trained on those targets already. The model then counts them among its own."""
+    trained on those targets already. The model then counts them among its own. With
+    `label`, each epoch logs a progress line under it."""
     same_device = trained.trained_on(targets)
     step = finetune.step_for(graphs.per_workload(), same_device)
+    on_epoch = log_epoch(label, step.epochs) if label else None
     shift = recenter(trained.net, graphs.graphs) if finetune.recenter else 0.0
     trained.net.set_trainable(step.layers)
     schedule = {**compute.fit_options(train), "lr": step.lr, "batch_size": finetune.batch_size,
@@ -70,10 +72,8 @@ def _finetune(settings: cfg.Settings, device: str) -> dict:
     levels = settings.calibrate.levels
     with registry.start_run(settings, "finetune", f"finetune-{device}"):
         before = evaluate(trained.net, val, levels, trained.temperature)
-        targets = store_targets(paths.records_dir(device))
-        step = settings.finetune.step_for(train.per_workload(), trained.trained_on(targets))
-        result = adapt(trained, settings.finetune, settings.train, train, val, targets,
-                       log_epoch(f"finetune {device}", step.epochs))
+        result = adapt(trained, settings.finetune, settings.train, train, val,
+                       store_targets(paths.records_dir(device)), f"finetune {device}")
         mlflow.log_params({**result["config"], "train_device_used": result["config"]["device"],
                            "device": device, "donor": settings.donor,
                            "warmup_graphs": len(train), "noisy_dropped": noisy})
