@@ -43,22 +43,30 @@ class ModelConfig:
     head: str = "evidential"
     attention: bool = False
     stores: int = 0          # per-store feature columns it reads beside the graph (0: none)
+    per_iteration: bool = False  # the head predicts latency per iteration of the largest block
 
     @classmethod
     def of(cls, graph: cfg.Graph, model: cfg.Model) -> ModelConfig:
         features, edge_types = schema(graph.kind)
         return cls(graph.kind, tuple(features), tuple(edge_types), model.hidden, model.layers,
                    model.encoder, model.pooling, model.head, model.attention,
-                   store_features.NUM_FEATURES if graph.stores else 0)
+                   store_features.NUM_FEATURES if graph.stores else 0, model.per_iteration)
 
     def build(self) -> EvidentialSAGE:
         features, edge_types = schema(self.graph)
         if self.features != tuple(features) or self.edge_types != tuple(edge_types):
             raise CaloError(f"model reads a different {self.graph} graph schema than this code "
                             "extracts: re-run extract and pretrain")
+        work = None
+        if self.per_iteration:
+            if not {"is_block", "log_extent"} <= set(features):
+                raise CaloError(f"model.per_iteration needs block extents, which {self.graph} "
+                                "graphs do not have: use graph.kind schedule")
+            work = (features.index("is_block"), features.index("log_extent"))
         return EvidentialSAGE(len(features), len(edge_types), self.hidden, self.layers,
                               encoder=self.encoder, pooling=self.pooling, head=self.head,
-                              attention=self.attention, store_features=self.stores)
+                              attention=self.attention, store_features=self.stores,
+                              work_columns=work)
 
 
 @dataclass

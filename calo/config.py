@@ -104,6 +104,7 @@ class Model:
     pooling: Literal["meanmax", "topk"]
     head: Literal["evidential", "deterministic"]
     attention: bool
+    per_iteration: bool = False
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,8 @@ class EvidentialSAGE(nn.Module):
 
     def __init__(self, num_features: int, num_edge_types: int, hidden: int = 64, layers: int = 2,
                  encoder: str = "sage", pooling: str = "meanmax", head: str = "evidential",
-                 attention: bool = False, store_features: int = 0):
+                 attention: bool = False, store_features: int = 0,
+                 work_columns: tuple[int, int] | None = None):
         super().__init__()
         if encoder not in ENCODERS or pooling not in POOLINGS or head not in HEADS:
             raise ValueError(f"unknown variant: encoder={encoder!r} pooling={pooling!r} "
@@ -77,6 +78,10 @@ class EvidentialSAGE(nn.Module):
         self.fuse_relations = encoder == "sage"
         self.num_edge_types = num_edge_types
         self.num_relations = 2 * num_edge_types
+        # (is_block, log_extent) columns: with them the head predicts latency per iteration of
+        # the program's largest block, and that work (fixed by the workload, not the schedule)
+        # is added back, so training spends its capacity on the schedule, not the workload's size.
+        self.work_columns = work_columns
         # Standardization statistics live with the weights so a saved model is self-contained.
         self.register_buffer("x_mean", torch.zeros(num_features))
         self.register_buffer("x_std", torch.ones(num_features))
@@ -112,6 +117,7 @@ class EvidentialSAGE(nn.Module):
                 stores_batch: Tensor | None = None) -> NIG:
         """NIG over the standardized log latency of each graph in the batch (stores: the
         per-store feature rows of every graph, stores_batch: the graph of each row)."""
+        work = self.work(x, batch, num_graphs) if self.work_columns is not None else None
         h = F.relu(self.embed((x - self.x_mean) / self.x_std))
         edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
         edge_type = torch.cat([edge_type, edge_type + self.num_edge_types])
@@ -141,11 +147,23 @@ class EvidentialSAGE(nn.Module):
             seq = pooled.unsqueeze(0)
             pooled = pooled + self.attend(seq, seq, seq, need_weights=False)[0].squeeze(0)
         gamma, nu, alpha, beta = self.head(pooled).unbind(-1)
+        if work is not None:
+            gamma = gamma + work / self.y_std
         if self.deterministic:
             one = torch.ones_like(gamma)
             return NIG(gamma, one * _DET_NU, one * _DET_ALPHA, one * _DET_BETA)
         return NIG(gamma, F.softplus(nu) + _EPS, F.softplus(alpha) + 1 + _EPS,
                    F.softplus(beta) + _EPS)
+
+    def work(self, x: Tensor, batch: Tensor | None = None, num_graphs: int = 1) -> Tensor:
+        """Natural log of the iterations of each graph's largest block (0 without work_columns):
+        the part of the log latency the head does not predict. x: raw node features."""
+        if self.work_columns is None:
+            return x.new_zeros(num_graphs)
+        is_block, log_extent = self.work_columns
+        size = torch.where(x[:, is_block] > 0, x[:, log_extent], 0.0) * math.log(2.0)
+        batch = x.new_zeros(len(x), dtype=torch.long) if batch is None else batch
+        return size.new_zeros(num_graphs).scatter_reduce(0, batch, size, "amax")
 
     def set_trainable(self, layers: str) -> None:
         """"head": only the evidential head adapts (the paper's stage-2 transfer); "all": all."""
@@ -160,6 +178,7 @@ class EvidentialSAGE(nn.Module):
         return (y - self.y_mean) / self.y_std
 
     def set_normalization(self, x: Tensor, y: Tensor, stores: Tensor | None = None) -> None:
+        """y: what the head predicts, each graph's log latency less its work (self.work)."""
         self.set_moments((x.mean(0), x.std(0)), (y.mean(), y.std()),
                          None if stores is None else (stores.mean(0), stores.std(0)))
 

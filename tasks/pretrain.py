@@ -69,11 +69,12 @@ def set_normalization(trained: TrainedModel, graphs, limit: int) -> None:
     if len(graphs) <= limit or not hasattr(graphs, "windows"):
         stores = (torch.cat([g.store_rows for g in graphs]) if trained.reads_stores else None)
         trained.net.set_normalization(torch.cat([g.x for g in graphs]),
-                                      torch.cat([g.y for g in graphs]), stores)
+                                      torch.cat([_target(trained, g) for g in graphs]), stores)
         return
     sums: dict[str, list] = {}
     for window in graphs.windows(limit):
-        parts = {"x": torch.cat([g.x for g in window]), "y": torch.cat([g.y for g in window])}
+        parts = {"x": torch.cat([g.x for g in window]),
+                 "y": torch.cat([_target(trained, g) for g in window])}
         if trained.reads_stores:
             parts["stores"] = torch.cat([g.store_rows for g in window])
         for key, rows in parts.items():
@@ -89,6 +90,11 @@ def set_normalization(trained: TrainedModel, graphs, limit: int) -> None:
 
     trained.net.set_moments(moments("x"), moments("y"),
                             moments("stores") if trained.reads_stores else None)
+
+
+def _target(trained: TrainedModel, graph) -> torch.Tensor:
+    """What the head predicts of a graph: its log latency less its work (model.per_iteration)."""
+    return graph.y - trained.net.work(graph.x)
 
 
 def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test: GraphSet,

@@ -336,3 +336,37 @@ def test_fast_weights_make_the_regression_loss_a_weighted_mean(deterministic):
     only_first = cost_loss(y, d, 0.01, deterministic, weight=torch.tensor([1.0, 0, 0, 0, 0]))
     first = cost_loss(y[:1], NIG(*(t[:1] for t in d)), 0.01, deterministic)
     assert torch.isclose(only_first, first) and not torch.isclose(only_first, plain)
+
+
+def test_a_per_iteration_model_adds_each_programs_work_back_to_its_prediction():
+    from calo.artifact import ModelConfig
+    from calo.errors import CaloError
+    from calo.graphs import schema
+    from calo.schedule_graph import FEATURES
+
+    features, edge_types = schema("schedule")
+    block, extent = FEATURES.index("is_block"), FEATURES.index("log_extent")
+    model = ModelConfig("schedule", tuple(features), tuple(edge_types), 16, 1,
+                        per_iteration=True).build()
+    torch.nn.init.zeros_(model.head[-1].weight)
+    torch.nn.init.zeros_(model.head[-1].bias)  # the head predicts the mean per iteration
+    model.y_mean.fill_(-20.0)
+    model.y_std.fill_(2.0)
+    # Two programs: a block of 2^10 iterations beside a loop of 2^30 (a loop is no block's
+    # work), and one whose largest block has 2^16.
+    x = torch.zeros(4, len(FEATURES))
+    x[0, block], x[0, extent] = 1, 10.0
+    x[1, extent] = 30.0
+    x[2, block], x[2, extent] = 1, 16.0
+    x[3, block], x[3, extent] = 1, 4.0
+    out = model.to_log_latency(model(x, torch.zeros(2, 0, dtype=torch.long),
+                                     torch.zeros(0, dtype=torch.long),
+                                     torch.tensor([0, 0, 1, 1]), 2))
+    expected = torch.tensor([-20 + 10 * np.log(2), -20 + 16 * np.log(2)], dtype=torch.float32)
+    assert torch.allclose(out.gamma, expected)
+    plain = ModelConfig("schedule", tuple(features), tuple(edge_types), 16, 1).build()
+    assert torch.equal(plain.work(x, torch.tensor([0, 0, 1, 1]), 2), torch.zeros(2))
+    ast_features, ast_edges = schema("ast")
+    with pytest.raises(CaloError, match="per_iteration"):
+        ModelConfig("ast", tuple(ast_features), tuple(ast_edges), 16, 1,
+                    per_iteration=True).build()
