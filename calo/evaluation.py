@@ -28,9 +28,12 @@ def predictive(model: EvidentialSAGE, graphs: GraphSet, tau: float = 1.0,
 
 def mean_kendall_tau(y: np.ndarray, mu: np.ndarray, groups: list[str]) -> float:
     """Rank agreement within each workload (what the tuner needs), averaged over workloads."""
+    members: dict[str, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(group, []).append(i)
     taus = []
-    for group in sorted(set(groups)):
-        idx = [i for i, g in enumerate(groups) if g == group]
+    for group in sorted(members):
+        idx = members[group]
         if len(idx) >= 3:
             tau = stats.kendalltau(y[idx], mu[idx]).statistic
             if not np.isnan(tau):

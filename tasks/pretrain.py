@@ -112,8 +112,10 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
                  on_epoch=on_epoch, **options)
     levels = settings.calibrate.levels
     trained.temperature = checked_temperature(trained.net, calibration, 1.0, levels)
-    parts = [("val", val), ("test", test)] + ([("calibration", calibration)]
-                                              if calibration is not val else [])
+    # train: how well it fits what it learned from (tau far below the validation split's
+    # ceiling there means it underfits rather than overfits)
+    parts = [("train", train), ("val", val), ("test", test)] + (
+        [("calibration", calibration)] if calibration is not val else [])
     metrics = {f"{name}_{k}": v for name, part in parts
                for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
     return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature,

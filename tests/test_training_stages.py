@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from calo import paths, registry
 from calo.artifact import TrainedModel
-from calo.dataset import load_graphs
+from calo.dataset import load_graphs, split_of
 from calo.evaluation import predictive
 from tests.conftest import DONOR, TARGET
 
@@ -20,6 +20,12 @@ def test_pretrain_registers_the_donor_alias(params, pretrained):
     assert "pre-trained on" in version.description
     assert TrainedModel.load(paths.model_dir(DONOR)).temperature == pretrained["temperature"]
     assert np.isfinite(pretrained["val_nll"])
+    # how well it fits its own training records is reported beside the held-out splits
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
+    train_count = sum(split_of(w, r, params.split) == "train"
+                      for w, r in zip(graphs.workload, graphs.record))
+    assert pretrained["train_count"] == train_count
+    assert -1 <= pretrained["train_kendall_tau"] <= 1
 
 
 def test_finetune_adapts_the_layers_its_rule_names_for_the_warmup_size(params, pretrained,
