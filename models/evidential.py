@@ -156,8 +156,9 @@ class EvidentialSAGE(nn.Module):
                    F.softplus(beta) + _EPS)
 
     def work(self, x: Tensor, batch: Tensor | None = None, num_graphs: int = 1) -> Tensor:
-        """Natural log of the iterations of each graph's largest block (0 without work_columns):
-        the part of the log latency the head does not predict. x: raw node features."""
+        """ln(1 + iterations) of each graph's largest block, read from its log2(1 + x) extent
+        column (0 without work_columns): the part of the log latency the head does not
+        predict. x: raw node features."""
         if self.work_columns is None:
             return x.new_zeros(num_graphs)
         is_block, log_extent = self.work_columns
