@@ -30,6 +30,12 @@ def train_on(model: ms.cost_model.XGBModel, context: ms.TuneContext,
     return model
 
 
+def context_of(record: Record) -> ms.TuneContext:
+    """The tuning context TVM's models featurize a record's workload in."""
+    return ms.TuneContext(mod=record.record.workload.mod, target=record.record.target,
+                          task_name=record.workload_name)
+
+
 class _StepLR(torch.optim.lr_scheduler.StepLR):
     """StepLR that takes the `verbose` argument newer torch removed (MLPModel passes it)."""
 

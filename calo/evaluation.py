@@ -26,19 +26,19 @@ def predictive(model: EvidentialSAGE, graphs: GraphSet, tau: float = 1.0,
     return y, mu, d.t_scale.numpy(), d.df.numpy()
 
 
-def mean_kendall_tau(y: np.ndarray, mu: np.ndarray, groups: list[str]) -> float:
-    """Rank agreement within each workload (what the tuner needs), averaged over workloads."""
+def mean_ranking(y: np.ndarray, mu: np.ndarray, groups: list[str]) -> dict:
+    """Kendall tau, top-1 and top-5 within each workload (what the tuner needs; `ranking`, on
+    log latencies), averaged over the workloads of 3 or more records."""
     members: dict[str, list[int]] = {}
     for i, group in enumerate(groups):
         members.setdefault(group, []).append(i)
-    taus = []
-    for group in sorted(members):
-        idx = members[group]
-        if len(idx) >= 3:
-            tau = stats.kendalltau(y[idx], mu[idx]).statistic
-            if not np.isnan(tau):
-                taus.append(tau)
-    return float(np.mean(taus)) if taus else float("nan")
+    scores = [ranking(np.exp(y[idx]), mu[idx]) for group in sorted(members)
+              if len(idx := members[group]) >= 3]
+    out = {}
+    for key in ("kendall_tau", "top1", "top5"):
+        values = [s[key] for s in scores if not np.isnan(s[key])]
+        out[key] = float(np.mean(values)) if values else float("nan")
+    return out
 
 
 def evaluate(model: EvidentialSAGE, graphs: GraphSet, levels: int, tau: float = 1.0,
@@ -47,7 +47,7 @@ def evaluate(model: EvidentialSAGE, graphs: GraphSet, levels: int, tau: float = 
         return {"count": 0}
     y, mu, scale, df = predictive(model, graphs, tau, correction)
     return {"count": len(graphs), **calibration(y, mu, scale, df, levels),
-            "kendall_tau": mean_kendall_tau(y, mu, graphs.workload)}
+            **mean_ranking(y, mu, graphs.workload)}
 
 
 def ranking(latency: np.ndarray, predicted: np.ndarray, ks: tuple[int, ...] = (1, 5)) -> dict:

@@ -35,7 +35,7 @@ from tvm.s_tir import meta_schedule as ms
 from calo import config as cfg
 from calo import paths, registry
 from calo.artifact import WEIGHTS, TrainedModel
-from calo.baselines import mlp_training, train_on, xgb_model
+from calo.baselines import context_of, mlp_training, train_on, xgb_model
 from calo.dataset import GraphSet, split_of
 from calo.errors import CaloError, reason
 from calo.evaluation import calibration, checked_temperature, predictive, ranking
@@ -109,7 +109,7 @@ def _xgb(settings: cfg.Settings, groups: list[list[Record]]) -> ms.cost_model.XG
     """TVM's XGBModel trained on record groups (one per workload)."""
     model = xgb_model(settings.harvest.build_workers)
     for group in groups:
-        train_on(model, _context(group[0]), group)
+        train_on(model, context_of(group[0]), group)
     return model
 
 
@@ -130,7 +130,7 @@ def _mlp(settings: cfg.Settings, groups: list[list[Record]]):
     model = MLPModel()
     state = model.trainer.state
     for group in groups:
-        context = _context(group[0])
+        context = context_of(group[0])
         features, costs = extract_features(
             context, [r.record.as_measure_candidate() for r in group],
             [ms.runner.RunnerResult(r.record.run_secs, None) for r in group], state.extractor)
@@ -167,11 +167,6 @@ def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
             except Exception as err:  # a baseline that cannot train is reported, not fatal
                 not_run[name] = reason(err)
     return trained, not_run
-
-
-def _context(rec: Record) -> ms.TuneContext:
-    return ms.TuneContext(mod=rec.record.workload.mod, target=rec.record.target,
-                          task_name=rec.workload_name)
 
 
 def summarize(per_workload: dict[str, dict], pooled: dict | None) -> dict:
@@ -305,7 +300,7 @@ def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
                                       trained.correction)
         pooled.append((y, mu, scale, df))
         cands = [r.record.as_measure_candidate() for r in group]
-        scores = {"calo": mu, **{which: -np.asarray(baseline.predict(_context(group[0]), cands))
+        scores = {"calo": mu, **{which: -np.asarray(baseline.predict(context_of(group[0]), cands))
                                  for which, baseline in baselines.items()}}
         sources = np.array([r.source for r in group])
         for source, table in per_source.items():

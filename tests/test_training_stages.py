@@ -26,6 +26,7 @@ def test_pretrain_registers_the_donor_alias(params, pretrained):
                       for w, r in zip(graphs.workload, graphs.record))
     assert pretrained["train_count"] == train_count
     assert -1 <= pretrained["train_kendall_tau"] <= 1
+    assert 0 < pretrained["train_top1"] <= pretrained["train_top5"] <= 1
 
 
 def test_finetune_adapts_the_layers_its_rule_names_for_the_warmup_size(params, pretrained,
