@@ -33,6 +33,10 @@ first, reused by the others) and one --out merge into it, so the devices can run
     python benchmarks/offline_eval.py --donor-model /tmp/donor --devices cpu-host
     python benchmarks/offline_eval.py --donor-model /tmp/donor --devices cpu-generic-1core
 
+`--fit` also ranks the donor's own training records, and its validation and test records (new
+candidates of the workloads it trained on), with the donor and with TVM's XGBModel trained on
+the same records (the report's `donor_fit`): how well each fits, and how well that carries over.
+
 TVM's rows depend on the records only, not on our settings: `--baselines-from REPORT` takes them
 from an earlier report's splits on the same donor, warm-up and held-out records (checked)
 instead of training the baselines again, most of each split's time.
@@ -53,11 +57,16 @@ from calo.devices import preload_tensor_intrinsics
 
 preload_tensor_intrinsics()  # before torch_geometric is imported
 
+import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 from harvest_pools import UNSEEN_OPERATORS, unpack  # noqa: E402
 
-from calo import records, suite  # noqa: E402
+from calo import paths, records, suite  # noqa: E402
+from calo.artifact import TrainedModel  # noqa: E402
+from calo.baselines import context_of, train_on, xgb_model  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
+from calo.dataset import GraphSet  # noqa: E402
+from calo.evaluation import predictive, ranking  # noqa: E402
 from calo.log import get_logger  # noqa: E402
 from calo.tasks.evaluate import evaluate_records, format_table  # noqa: E402
 from calo.tasks.extract import extract  # noqa: E402
@@ -117,6 +126,40 @@ def train_donor(settings: Settings, out: Path) -> dict:
     trained.save(out)
     return {"train_graphs": len(train), "val_graphs": len(val),
             "train_s": time.perf_counter() - start, **metrics}
+
+
+def donor_fit(settings: Settings, model_dir: Path) -> dict:
+    """How the donor and TVM's XGBModel, both trained on the donor's training records, rank
+    each workload's candidates among those records (the fit) and among the validation and test
+    records of the same workloads (new candidates of seen workloads): mean tau / top-1 / top-5
+    over the workloads with 3 or more records in a part."""
+    train, val, test, _ = donor_splits(settings)
+    measured = {r.index: r for r in records.iter_records(paths.records_dir(settings.donor))
+                if r.latency is not None}
+
+    def groups(part: GraphSet, least: int = 3) -> list[list[records.Record]]:
+        out: dict[str, list[records.Record]] = {}
+        for index in part.record:
+            out.setdefault(measured[index].workload_key, []).append(measured[index])
+        return [g for g in out.values() if len(g) >= least]
+
+    xgb = xgb_model(settings.harvest.build_workers)
+    for group in groups(train, least=1):  # every record the donor trained on
+        train_on(xgb, context_of(group[0]), group)
+    net = TrainedModel.load(model_dir).net
+    out = {}
+    for name, part in (("train", train), ("val", val), ("test", test)):
+        ours = dict(zip(part.record, predictive(net, part)[1]))
+        rows: dict[str, list[dict]] = {"calo": [], "xgb": []}
+        for group in groups(part):
+            latency = np.array([r.latency for r in group])
+            candidates = [r.record.as_measure_candidate() for r in group]
+            rows["calo"].append(ranking(latency, np.array([ours[r.index] for r in group])))
+            rows["xgb"].append(ranking(latency, -np.asarray(
+                xgb.predict(context_of(group[0]), candidates))))
+        out[name] = {m: {k: float(np.mean([r[k] for r in scored])) for k in SUMMARY}
+                     | {"workloads": len(scored)} for m, scored in rows.items()}
+    return out
 
 
 def headline(result: dict) -> dict:
@@ -231,6 +274,10 @@ def main() -> None:
     parser.add_argument("--tvm", action=argparse.BooleanOptionalAction, default=None,
                         help="train and score TVM's models too (default: on the unseen-shape "
                              "split, off on the selection split)")
+    parser.add_argument("--fit", action="store_true",
+                        help="also rank the donor's own training records (and its validation "
+                             "and test records) with the donor and with TVM's XGBModel trained "
+                             "on the same records: the report's donor_fit")
     parser.add_argument("--baselines-from", type=Path, default=None, metavar="REPORT",
                         help="take TVM's rows from this earlier report where a split has the "
                              "same donor, warm-up and held-out records, instead of training "
@@ -300,6 +347,13 @@ def main() -> None:
         (model_dir / "donor.json").write_text(json.dumps(report["donor"], default=float))
         log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
                  f"{report['donor']['train_s']:.0f} s")
+    if args.fit:
+        extract(settings, "donor")  # the donor's graphs, where a saved donor was reused
+        report["donor_fit"] = donor_fit(settings, model_dir)
+        for part, table in report["donor_fit"].items():
+            print(f"donor fit, {part} records: " + "; ".join(
+                f"{m} {v['kendall_tau']:.3f}/{v['top1']:.3f}/{v['top5']:.3f}"
+                for m, v in table.items()), flush=True)
     finished = load_finished(args.out, report)
     earlier = baselines_of(args.baselines_from)
     for device, pool in held_out.items():
