@@ -50,7 +50,8 @@ def tiny_params() -> dict:
         },
     })
     params["harvest"].update({"workloads": ["mm-64", "mm-relu-32x64"], "batch_size": 8,
-                              "min_repeat_ms": 2})
+                              "min_repeat_ms": 2,
+                              "evolution": {"population_size": 32, "genetic_num_iters": 1}})
     params["train"].update({"max_epochs": 8})
     for row in params["finetune"]["rule"] + params["finetune"]["same_device_rule"]:
         row["epochs"] = min(row["epochs"], 8)

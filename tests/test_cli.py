@@ -1,5 +1,10 @@
-"""The CLI end to end in subprocesses: help, and bad input stopping before any work."""
+"""The CLI: help, and bad input stopping before any work with one line.
 
+`--help` and one bad input run as real processes; the other cases call calo.cli.main in this
+process, the same code without a process start (most of a subprocess's seconds).
+"""
+
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -9,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from calo.cli import main
 from tests.conftest import DONOR, TARGET
 
 
@@ -18,6 +24,14 @@ def calo(*args: str, cwd: Path, params: Path | None = None) -> subprocess.Comple
         env["CALO_PARAMS"] = str(params)
     return subprocess.run([sys.executable, "-m", "calo.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
+
+
+def cli(capsys, *args: str, cwd: Path, params: Path | None = None) -> tuple[int, str]:
+    """calo.cli.main on args in cwd: its exit code and what it wrote to stderr."""
+    capsys.readouterr()
+    with contextlib.chdir(cwd):
+        code = main([*(["--params", str(params)] if params else []), *args])
+    return code, capsys.readouterr().err
 
 
 def tree_digest(root: Path) -> str:
@@ -46,34 +60,43 @@ def test_help_explains_every_stage(tmp_path):
     (["harvest", "--device", DONOR, "--count", "-1"], "--count must be >= 0"),
     (["import", "--device", TARGET, "no-such-dir"], "no-such-dir is not a TVM JSON database"),
 ])
-def test_bad_input_is_one_line_and_changes_nothing(workdir, harvested, args, message):
+def test_bad_input_is_one_line_and_changes_nothing(workdir, harvested, capsys, args, message):
     before = tree_digest(workdir / "data")
-    out = calo(*args, cwd=workdir)
-    assert out.returncode == 2
-    assert out.stderr.strip().count("\n") == 0, out.stderr
-    assert message in out.stderr
+    code, err = cli(capsys, *args, cwd=workdir)
+    assert code == 2
+    assert err.strip().count("\n") == 0, err
+    assert message in err
     assert tree_digest(workdir / "data") == before
 
 
-def test_malformed_target_is_rejected(tmp_path, params):
+def test_bad_input_ends_a_real_process_with_exit_code_2_and_one_line(workdir, harvested):
+    before = tree_digest(workdir / "data")
+    out = calo("harvest", "--device", "nope", cwd=workdir)
+    assert out.returncode == 2
+    assert out.stderr.startswith("calo: error: unknown device 'nope'")
+    assert out.stderr.strip().count("\n") == 0 and out.stdout == ""
+    assert tree_digest(workdir / "data") == before
+
+
+def test_malformed_target_is_rejected(tmp_path, params, capsys):
     raw = yaml.safe_load(Path(params.path).read_text())
     raw["devices"][TARGET]["target"] = {"kind": "llvmx"}
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    out = calo("harvest", "--device", DONOR, cwd=tmp_path, params=bad)
-    assert out.returncode == 2
-    assert f"devices.{TARGET}: unknown target kind 'llvmx'" in out.stderr
+    code, err = cli(capsys, "harvest", "--device", DONOR, cwd=tmp_path, params=bad)
+    assert code == 2
+    assert f"devices.{TARGET}: unknown target kind 'llvmx'" in err
     assert not (tmp_path / "data").exists()
 
 
-def test_invalid_target_attribute_is_rejected(tmp_path, params):
+def test_invalid_target_attribute_is_rejected(tmp_path, params, capsys):
     raw = yaml.safe_load(Path(params.path).read_text())
     raw["devices"][TARGET]["target"] = {"kind": "llvm", "num-cores": "many"}
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    out = calo("harvest", "--device", TARGET, cwd=tmp_path, params=bad)
-    assert out.returncode == 2 and "invalid target" in out.stderr
-    assert out.stderr.strip().count("\n") == 0
+    code, err = cli(capsys, "harvest", "--device", TARGET, cwd=tmp_path, params=bad)
+    assert code == 2 and "invalid target" in err
+    assert err.strip().count("\n") == 0
     assert not (tmp_path / "data").exists()
 
 
@@ -83,28 +106,27 @@ def test_invalid_target_attribute_is_rejected(tmp_path, params):
     (["calibrate", "--device", TARGET], f"no fine-tuned model for device '{TARGET}'"),
     (["tune", "--device", TARGET], f"no calibrated model for device '{TARGET}'"),
 ])
-def test_missing_stage_inputs_are_named(tmp_path, params, args, message):
-    out = calo(*args, cwd=tmp_path, params=Path(params.path))
-    assert out.returncode == 2
-    assert message in out.stderr
-    assert out.stderr.strip().count("\n") == 0
+def test_missing_stage_inputs_are_named(tmp_path, params, capsys, args, message):
+    code, err = cli(capsys, *args, cwd=tmp_path, params=Path(params.path))
+    assert code == 2
+    assert message in err
+    assert err.strip().count("\n") == 0
 
 
-def test_unreadable_params_file(tmp_path):
+def test_unreadable_params_file(tmp_path, capsys):
     (tmp_path / "params.yaml").write_text("devices: [unclosed")
-    out = calo("pretrain", cwd=tmp_path, params=tmp_path / "params.yaml")
-    assert out.returncode == 2 and "is not valid YAML" in out.stderr
+    code, err = cli(capsys, "pretrain", cwd=tmp_path, params=tmp_path / "params.yaml")
+    assert code == 2 and "is not valid YAML" in err
 
 
-def test_unknown_finetune_layers_are_rejected(tmp_path, params):
+def test_unknown_finetune_layers_are_rejected(tmp_path, params, capsys):
     raw = yaml.safe_load(Path(params.path).read_text())
     raw["finetune"]["rule"][0]["layers"] = "encoder"
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    out = calo("finetune", "--device", TARGET, cwd=tmp_path, params=bad)
-    assert out.returncode == 2
-    assert ("params.yaml: finetune.rule[0].layers must be one of head, all, got 'encoder'"
-            in out.stderr)
+    code, err = cli(capsys, "finetune", "--device", TARGET, cwd=tmp_path, params=bad)
+    assert code == 2
+    assert "params.yaml: finetune.rule[0].layers must be one of head, all, got 'encoder'" in err
 
 
 def test_finetune_rule_picks_the_first_row_covering_the_warmup_size(params):
@@ -141,11 +163,11 @@ def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
     (lambda raw: raw["finetune"]["rule"][0].update(anchor=-1), "anchor must be >= 0"),
     (lambda raw: raw["finetune"].update(anchor=10), "unknown key 'finetune.anchor'"),
 ])
-def test_bad_settings_stop_at_load_naming_the_key(tmp_path, params, edit, message):
+def test_bad_settings_stop_at_load_naming_the_key(tmp_path, params, capsys, edit, message):
     raw = yaml.safe_load(Path(params.path).read_text())
     edit(raw)
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    out = calo("records", "--device", TARGET, cwd=tmp_path, params=bad)
-    assert out.returncode == 2 and message in out.stderr, out.stderr
-    assert out.stderr.strip().count("\n") == 0
+    code, err = cli(capsys, "records", "--device", TARGET, cwd=tmp_path, params=bad)
+    assert code == 2 and message in err, err
+    assert err.strip().count("\n") == 0

@@ -103,7 +103,7 @@ def _run_deployment(name: str, env: dict, cwd: Path, parameters: dict | None = N
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
 
 
-def test_added_device_runs_through_a_prefect_server_and_worker_and_is_gated(
+def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
         params, harvested, prefect_api, tmp_path):
     # A project of its own, holding the donor's measured records (nothing re-measured there).
     project = copy_project(tmp_path / "project")
@@ -136,18 +136,13 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_gated(
     assert set(chain) <= set(lock)
     assert not _stale(project) & set(chain)
 
-    # The project's fine-tune settings changed to wreck it: registered, not promoted.
+    # Changed fine-tune settings make the device's fine-tune stale, so the next scheduled run
+    # redoes it; what the gate does with a worse challenger is test_training_stages's.
     worse = copy.deepcopy(recorded)
     worse["finetune"]["rule"] = [{"up_to": None, "layers": "all", "epochs": 5, "lr": 50.0}]
     (project / "params.yaml").write_text(yaml.safe_dump(worse, sort_keys=False))
-    assert f"finetune@{device}" in _stale(project)  # its params changed; calibrate follows
-    assert _run_deployment(f"device-run/{device}", env, project, no_tuning) == "COMPLETED"
-    versions = client.search_model_versions(f"name = 'calo-gnn' and tag.device = '{device}'")
-    newest = max(versions, key=lambda v: int(v.version))
-    assert int(newest.version) > int(first.version)
-    assert newest.tags["promoted"] == "False"
-    assert client.get_model_version_by_alias("calo-gnn", device).version == first.version
-    assert not _stale(project) & set(chain)
+    assert f"finetune@{device}" in _stale(project)
+    (project / "params.yaml").write_text(yaml.safe_dump(recorded, sort_keys=False))
 
     listed = _calo(["device", "list"], env, project)
     row = next(r for r in json.loads(listed.stdout)["devices"] if r["device"] == device)

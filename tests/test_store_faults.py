@@ -20,7 +20,7 @@ import yaml
 from calo import locks, paths
 from calo.records import META_FILE, RECORD_FILE, TORN_SUFFIX, candidate_id, iter_records
 from tests.conftest import TARGET, with_devices
-from tests.test_cli import tree_digest
+from tests.test_cli import cli, tree_digest
 
 ONE_CORE = {"target": {"kind": "llvm", "num-cores": 1},
             "runner": {"kind": "local", "num_threads": 1}, "candidates_per_workload": 6}
@@ -54,13 +54,12 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # nothing listens once the socket is closed
 
 
-def test_a_torn_last_line_is_set_aside_and_the_harvest_goes_on(params, workdir, tmp_path):
+def test_a_torn_last_line_is_set_aside_and_the_harvest_goes_on(params, workdir, tmp_path, capsys):
     device = "fault-torn"
     pfile = _params_with(params, tmp_path, device)
     store = paths.records_dir(device)
-    first = calo("--params", str(pfile), "harvest", "--device", device, "--workload", "mm-64",
-                 cwd=workdir)
-    assert first.returncode == 0, first.stderr
+    assert cli(capsys, "harvest", "--device", device, "--workload", "mm-64", cwd=workdir,
+               params=pfile)[0] == 0
     complete, meta = (store / RECORD_FILE).read_text(), (store / META_FILE).read_text()
     torn = [_tear(store / RECORD_FILE), _tear(store / META_FILE)]
 
@@ -76,9 +75,8 @@ def test_a_torn_last_line_is_set_aside_and_the_harvest_goes_on(params, workdir, 
 
     # A crash during the next harvest's first append: that harvest's own open repairs it.
     again = _tear(store / RECORD_FILE)
-    out = calo("--params", str(pfile), "harvest", "--device", device, "--workload", "mm-64",
-               "--count", "9", cwd=workdir)
-    assert out.returncode == 0, out.stderr
+    assert cli(capsys, "harvest", "--device", device, "--workload", "mm-64", "--count", "9",
+               cwd=workdir, params=pfile)[0] == 0
     assert (store / RECORD_FILE).read_text().startswith(complete)
     recs = list(iter_records(store))
     assert len(recs) == 9 and all(r.latency for r in recs)  # new records parse
@@ -156,23 +154,23 @@ def test_a_server_that_is_down_stops_the_command_in_one_line(workdir, calibrated
     (lambda d: (d / "model.json").write_text("{"), "is not a model configuration"),
 ])
 def test_a_corrupt_model_is_refused_in_one_line_and_nothing_is_overwritten(
-        workdir, calibrated, tmp_path, corrupt, message):
+        workdir, calibrated, tmp_path, capsys, corrupt, message):
     model = paths.model_dir(TARGET)
     keep = tmp_path / "intact"
     shutil.copytree(model, keep)
     before = tree_digest(paths.calibrated_dir(TARGET))
     try:
         corrupt(model)
-        out = calo("calibrate", "--device", TARGET, cwd=workdir)
+        code, err = cli(capsys, "calibrate", "--device", TARGET, cwd=workdir)
     finally:
         shutil.rmtree(model)
         shutil.copytree(keep, model)
-    assert out.returncode == 2 and message in out.stderr, out.stderr
-    assert out.stderr.strip().count("\n") == 0
+    assert code == 2 and message in err, err
+    assert err.strip().count("\n") == 0
     assert tree_digest(paths.calibrated_dir(TARGET)) == before
 
 
-def test_a_registry_version_without_its_files_is_refused_in_one_line(workdir, promoted):
+def test_a_registry_version_without_its_files_is_refused_in_one_line(workdir, promoted, capsys):
     from calo.config import load_settings
     from calo.registry import aliased_version
 
@@ -182,11 +180,10 @@ def test_a_registry_version_without_its_files_is_refused_in_one_line(workdir, pr
     aside = files.with_name(files.name + ".aside")
     files.rename(aside)
     try:
-        out = calo("evaluate", "--model", TARGET, "--records", str(paths.records_dir(TARGET)),
-                   cwd=workdir)
+        code, err = cli(capsys, "evaluate", "--model", TARGET, "--records",
+                        str(paths.records_dir(TARGET)), cwd=workdir)
     finally:
         aside.rename(files)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.strip().count("\n") == 0, out.stderr
-    assert f"registry version {version.version} ('{TARGET}') has no readable model files" \
-        in out.stderr
+    assert code == 2, err
+    assert err.strip().count("\n") == 0, err
+    assert f"registry version {version.version} ('{TARGET}') has no readable model files" in err
