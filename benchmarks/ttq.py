@@ -348,7 +348,7 @@ def live_config(args, settings: Settings, device: str, model_source: str) -> dic
     """What a resumed run must share with the runs already saved."""
     return {"device": device, "device_settings": settings.raw["devices"][device],
             "budget": args.budget, "trials_per_iter": settings.tune.trials_per_iter,
-            "model": model_source}
+            "search": settings.raw["tune"]["search"], "model": model_source}
 
 
 def saved_runs(path: Path, config: dict) -> dict[str, dict]:

@@ -201,6 +201,7 @@ class Tune:
     workloads: tuple[str, ...]
     max_trials: int
     trials_per_iter: int
+    search: Evolution
     seed: int
     kappa_c: float
     kappa_offset: float

@@ -79,7 +79,8 @@ def _fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 
 
 def extract_tasks(program: RelaxProgram, target: tvm.target.Target, work_dir: Path,
-                  seed: int, num_threads: int) -> list[Task]:
+                  seed: int, num_threads: int, strategy: ms.search_strategy.SearchStrategy
+                  ) -> list[Task]:
     """The network's tuning tasks. Those without arithmetic (reshapes, transposes, gathers)
     have next to nothing to tune and each would still take a round of measurements: they keep
     their default schedules. A task whose design space cannot be generated is skipped too."""
@@ -89,7 +90,7 @@ def extract_tasks(program: RelaxProgram, target: tvm.target.Target, work_dir: Pa
     arithmetic = [task for task, f in zip(extracted, flops) if f > 0]
     # One call for all of them: each call reconfigures Meta-Schedule's loggers.
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        arithmetic, str(work_dir), seed=seed, num_threads=num_threads)
+        arithmetic, str(work_dir), seed=seed, num_threads=num_threads, strategy=strategy)
     context_of = dict(zip([t.task_name for t in arithmetic], contexts))
     tasks = []
     for task, f in zip(extracted, flops):

@@ -85,6 +85,12 @@ def quiet_tvm_logging() -> None:
     logger.setLevel(logging.WARNING)
 
 
+def evolutionary_search(search: cfg.Evolution) -> ms.search_strategy.EvolutionarySearch:
+    """The search strategy of a tuning run: TVM's evolutionary search at params.yaml's size."""
+    return ms.search_strategy.EvolutionarySearch(population_size=search.population_size,
+                                                 genetic_num_iters=search.genetic_num_iters)
+
+
 def run_tuner(settings: cfg.Settings, device: str, workload: str, cost_model,
               work_dir: Path) -> dict:
     """One tune_tir run into a fresh database."""
@@ -100,7 +106,8 @@ def run_tuner(settings: cfg.Settings, device: str, workload: str, cost_model,
             str(work_dir), max_trials_global=settings.tune.max_trials,
             num_trials_per_iter=settings.tune.trials_per_iter, builder=builder,
             runner=make_runner(settings.device(device), settings.harvest),
-            cost_model=cost_model, seed=settings.tune.seed,
+            cost_model=cost_model, strategy=evolutionary_search(settings.tune.search),
+            seed=settings.tune.seed,
             num_tuning_cores=settings.harvest.build_workers,
             measure_callbacks=[*ms.MeasureCallback.create("default"), timeline],
         )

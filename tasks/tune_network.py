@@ -33,7 +33,7 @@ from calo.log import get_logger
 from calo.measure import close_builder, make_builder, make_runner
 from calo.networks import load_network
 from calo.relax_build import Task, compile_network, extract_tasks, import_network, run_network
-from calo.tasks.tune import Timeline, quiet_tvm_logging
+from calo.tasks.tune import Timeline, evolutionary_search, quiet_tvm_logging
 
 MODELS = ("calo", "xgb")
 VARIANTS = ("untuned", *MODELS)
@@ -107,7 +107,7 @@ def tune_network(settings: cfg.Settings, device: str, network: str, trials: int 
     quiet_tvm_logging()
     program = import_network(load_network(network, batch, settings.tune.seed))
     tasks = extract_tasks(program, target, out / "extract", settings.tune.seed,
-                          settings.harvest.build_workers)
+                          settings.harvest.build_workers, evolutionary_search(settings.tune.search))
     tuned = [t for t in tasks if t.context is not None]
     log.info(f"tune-network {device}/{network}: {len(tasks)} tasks, {len(tuned)} tuned "
              f"({time.monotonic() - start:.1f} s to import and extract)")

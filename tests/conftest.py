@@ -56,7 +56,8 @@ def tiny_params() -> dict:
     for row in params["finetune"]["rule"] + params["finetune"]["same_device_rule"]:
         row["epochs"] = min(row["epochs"], 8)
     params["tune"].update({"workloads": ["mm-64"], "max_trials": 8, "trials_per_iter": 4,
-                           "update_steps": 3})
+                           "update_steps": 3,
+                           "search": {"population_size": 64, "genetic_num_iters": 1}})
     params["networks"].update({"trials_per_iter": 4, "repeat": 5, "min_repeat_ms": 5})
     return params
 
