@@ -104,11 +104,13 @@ def _run_deployment(name: str, env: dict, cwd: Path, parameters: dict | None = N
 
 
 def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
-        params, harvested, prefect_api, tmp_path):
-    # A project of its own, holding the donor's measured records (nothing re-measured there).
+        params, pretrained, prefect_api, tmp_path):
+    # A project of its own whose donor is already trained: its records, graphs and model, as
+    # the session made them with these settings, copied in.
     project = copy_project(tmp_path / "project")
     (project / "params.yaml").write_text(params.path.read_text())
-    shutil.copytree(paths.records_dir(DONOR).resolve(), project / paths.records_dir(DONOR))
+    for path in (paths.records_dir(DONOR), paths.graphs_path(DONOR), paths.model_dir(DONOR)):
+        shutil.copytree(path.resolve(), project / path)
     env = {**prefect_api, "CALO_PARAMS": str(project / "params.yaml")}
     device = "new-cpu"
     added = _calo(["device", "add", device, "--target", '{"kind": "llvm", "num-cores": 1}',
@@ -119,6 +121,12 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
     assert result["deployment"] == f"device-run/{device}" and result["schedule"] == "0 3 * * *"
     recorded = yaml.safe_load((project / "params.yaml").read_text())
     assert device in recorded["targets"] and recorded["devices"][device]["target"]["kind"] == "llvm"
+    # DVC records the donor's stages as done, so the deployment runs only the new device's.
+    donor_stages = [f"harvest@{DONOR}", f"extract@{DONOR}", "pretrain"]
+    subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", *donor_stages],
+                   cwd=project, check=True, capture_output=True)
+    assert not _stale(project) & set(donor_stages)
+    donor_lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]["pretrain"]
 
     # Tuning is covered by the pipeline's own tests; here the flow refreshes the model only.
     no_tuning = {"tune": False}
@@ -127,14 +135,15 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
     first = client.get_model_version_by_alias("calo-gnn", device)
     assert first.tags["device"] == device and first.tags["promoted"] == "True"
     assert "temperature" in first.tags  # calibrate ran in the deployment too
-    # The scheduled run went through DVC: every stage the device's model needs (the donor's
-    # too) ran in the project and is recorded in its dvc.lock, so none of them is stale.
+    # The scheduled run went through DVC: every stage the device's model needs ran in the
+    # project (the donor's were already done) and is recorded in its dvc.lock, none stale.
     chain = planned_stages(project, [f"calibrate@{device}"])
     assert {f"harvest@{device}", f"extract@{device}", "pretrain", f"finetune@{device}",
             f"calibrate@{device}"} <= set(chain)
     lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
     assert set(chain) <= set(lock)
     assert not _stale(project) & set(chain)
+    assert lock["pretrain"] == donor_lock  # the donor's model was not retrained
 
     # Changed fine-tune settings make the device's fine-tune stale, so the next scheduled run
     # redoes it; what the gate does with a worse challenger is test_training_stages's.
