@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-import xgboost
 from torch_geometric.data import Data
 
 from calo import config as cfg
@@ -24,6 +24,9 @@ from calo import store_features
 from calo.errors import CaloError
 from calo.models.evidential import EvidentialSAGE
 from calo.models.training import predict
+
+if TYPE_CHECKING:
+    import xgboost
 
 
 def summarize(rows: Sequence) -> np.ndarray:
@@ -45,6 +48,8 @@ class Corrector:
     def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, residual: np.ndarray,
             seed: int = 0) -> Corrector:
         """Boosted trees fitted to `residual` (log latency) from each program's store `rows`."""
+        import xgboost  # with sklearn, over a second of every stage's start-up: only here
+
         booster = xgboost.XGBRegressor(
             n_estimators=rounds, max_depth=settings.depth, learning_rate=settings.lr,
             min_child_weight=settings.min_child_weight, subsample=settings.subsample,
@@ -63,6 +68,8 @@ class Corrector:
 
     @classmethod
     def load(cls, path: Path) -> Corrector:
+        import xgboost
+
         booster = xgboost.XGBRegressor()
         booster.load_model(path)
         return cls(booster)
