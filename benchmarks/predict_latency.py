@@ -16,7 +16,12 @@ task's measured records), its cost when it scores every candidate and when it sc
 network's best `tune.correct_top` (the drafts), and the share of the first's top-16 the drafts
 keep; then the forward alone in the variants one could run instead (per-relation SAGEConv calls,
 bf16/fp16 autocast, and with --compile torch.compile), each with its ranking's Kendall tau vs
-the fp32 forward; writes benchmarks/results/predict_latency.json.
+the fp32 forward. Last, a draft-then-verify path measured but not used in tuning: a draft
+scorer reads each candidate's trace decisions (tile factors, categorical choices) and boosted
+trees fitted to the network's scores of the warm-up population rank them; the network scores
+only the drafts' best k. It reports what reading the decisions costs (the floor of any scorer
+that reads them), the whole path's cost and the share of the network's top-16 it keeps.
+Writes benchmarks/results/predict_latency.json.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import platform
 import statistics
@@ -37,6 +43,7 @@ preload_tensor_intrinsics()  # once, outside any timing
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import xgboost  # noqa: E402
 from harvest_pools import unpack  # noqa: E402
 from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
@@ -54,6 +61,7 @@ from calo.workloads import create_mod  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 POOL = ROOT / "data" / "suite-cpu-host.tar.gz"
+DRAFT_KEEP = (32, 64)   # candidates the network verifies in the draft-then-verify path
 
 
 def populations(ctx: ms.TuneContext, size: int, count: int) -> list[list]:
@@ -111,6 +119,55 @@ def forward_variants(model: torch.nn.Module, batches: list[tuple], compile_too: 
         out[name] = {**out.get(name, {}), "median_ms": statistics.median(times),
                      "tau_vs_fp32": float(tau)}
     return out
+
+
+def decisions(candidates: list) -> np.ndarray:
+    """Each candidate's sampled decisions in trace order, one row each (log2 tile factors,
+    categorical and compute-location indices; shorter traces padded with NaN)."""
+    rows = []
+    for cand in candidates:
+        row = []
+        for value in cand.sch.trace.decisions.values():
+            if isinstance(value, int):
+                row.append(float(value))
+            else:
+                row.extend(math.log2(max(int(v), 1)) for v in value)
+        rows.append(row)
+    out = np.full((len(rows), max(map(len, rows))), np.nan, dtype=np.float32)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row
+    return out
+
+
+def draft_then_verify(calo: CaloCostModel, ctx, warmup: list, pops: list[list]) -> dict:
+    """The draft-then-verify path on the timed populations, its draft fitted to the network's
+    bounds of the warm-up population."""
+    bound = lambda pop: -np.log(calo.predict(ctx, pop))  # noqa: E731  (the search's score)
+    draft = xgboost.XGBRegressor(n_estimators=100, max_depth=6, learning_rate=0.2, n_jobs=1)
+    draft.fit(decisions(warmup), bound(warmup))
+    times: dict[str, list[float]] = {"decisions": [], "draft": [],
+                                     **{f"verify_{k}": [] for k in DRAFT_KEEP}}
+    kept: dict[int, list[float]] = {k: [] for k in DRAFT_KEEP}
+    for pop in pops:
+        start = time.perf_counter()
+        features = decisions(pop)
+        times["decisions"].append((time.perf_counter() - start) * 1e3)
+        width = draft.n_features_in_   # a population's longest trace may differ from the fit's
+        features = np.pad(features, ((0, 0), (0, max(width - features.shape[1], 0))),
+                          constant_values=np.nan)[:, :width]
+        start = time.perf_counter()
+        order = np.argsort(draft.predict(features), kind="stable")
+        times["draft"].append((time.perf_counter() - start) * 1e3)
+        full = set(np.argsort(bound(pop), kind="stable")[:16])
+        for k in DRAFT_KEEP:
+            chosen = [pop[i] for i in order[:k]]
+            times[f"verify_{k}"].append(time_ms(lambda c=chosen: calo.predict(ctx, c)))
+            kept[k].append(len(full & set(order[:k])) / 16)
+    med = {name: statistics.median(v) for name, v in times.items()}
+    return {"decisions_ms": med["decisions"], "draft_predict_ms": med["draft"],
+            "path_ms": {k: med["decisions"] + med["draft"] + med[f"verify_{k}"]
+                        for k in DRAFT_KEEP},
+            "keeps_top16": {k: statistics.mean(v) for k, v in kept.items()}}
 
 
 def main() -> None:
@@ -178,6 +235,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     forward = forward_variants(model, [collate(calo.featurize(ctx, pop)) for pop in pops[1:]],
                                args.compile)
+    drafts = draft_then_verify(calo, ctx, pops[0], pops[1:])
     result = {
         "workload": args.workload, "population": args.population, "repeat": args.repeat,
         "graph_kind": trained.graph_kind, "torch_threads": torch.get_num_threads(),
@@ -193,6 +251,7 @@ def main() -> None:
                       for name in variants if name != "calo"},
         "drafts_keep_top16": statistics.mean(kept) if kept else None,
         "forward_variants": forward,
+        "draft_then_verify": drafts,
         "budget_ms": 20.0,
     }
     print(f"{args.population} candidates of {args.workload}, median of {args.repeat} fresh "
@@ -212,6 +271,11 @@ def main() -> None:
         print(f"    {name:<22}{row['median_ms']:7.1f} ms   Kendall tau vs fp32 "
               f"{row['tau_vs_fp32']:.3f}" + (f"   (compiling: {row['compile_s']:.0f} s)"
                                              if "compile_s" in row else ""))
+    print(f"  draft-then-verify (not used in tuning): reading the trace decisions "
+          f"{drafts['decisions_ms']:.1f} ms, the draft's trees {drafts['draft_predict_ms']:.1f} ms")
+    for k in DRAFT_KEEP:
+        print(f"    network verifies the best {k}: {drafts['path_ms'][k]:6.1f} ms in all, keeps "
+              f"{drafts['keeps_top16'][k]:.0%} of full scoring's top-16")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")

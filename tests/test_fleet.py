@@ -114,7 +114,7 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
     env = {**prefect_api, "CALO_PARAMS": str(project / "params.yaml")}
     device = "new-cpu"
     added = _calo(["device", "add", device, "--target", '{"kind": "llvm", "num-cores": 1}',
-                   "--threads", "1", "--count", "14", "--cron", "0 3 * * *", "--pool", POOL],
+                   "--threads", "1", "--count", "8", "--cron", "0 3 * * *", "--pool", POOL],
                   env, project)
     assert added.returncode == 0, added.stderr[-2000:]
     result = json.loads(added.stdout)
