@@ -121,9 +121,10 @@ def forward_variants(model: torch.nn.Module, batches: list[tuple], compile_too: 
     return out
 
 
-def decisions(candidates: list) -> np.ndarray:
+def decisions(candidates: list, width: int | None = None) -> np.ndarray:
     """Each candidate's sampled decisions in trace order, one row each (log2 tile factors,
-    categorical and compute-location indices; shorter traces padded with NaN)."""
+    categorical and compute-location indices), `width` columns (default: the longest trace's;
+    shorter rows padded with NaN, longer ones cut)."""
     rows = []
     for cand in candidates:
         row = []
@@ -133,32 +134,31 @@ def decisions(candidates: list) -> np.ndarray:
             else:
                 row.extend(math.log2(max(int(v), 1)) for v in value)
         rows.append(row)
-    out = np.full((len(rows), max(map(len, rows))), np.nan, dtype=np.float32)
+    out = np.full((len(rows), width or max(map(len, rows))), np.nan, dtype=np.float32)
     for i, row in enumerate(rows):
+        row = row[:out.shape[1]]
         out[i, :len(row)] = row
     return out
 
 
-def draft_then_verify(calo: CaloCostModel, ctx, warmup: list, pops: list[list]) -> dict:
-    """The draft-then-verify path on the timed populations, its draft fitted to the network's
-    bounds of the warm-up population."""
-    bound = lambda pop: -np.log(calo.predict(ctx, pop))  # noqa: E731  (the search's score)
+def draft_then_verify(calo: CaloCostModel, ctx, pops: list[list], scores: list[np.ndarray]
+                      ) -> dict:
+    """The draft-then-verify path on pops[1:], its draft fitted to the network's bounds of
+    pops[0]; scores are the network's full scores of each population (what the search ranks:
+    the bound is -log score)."""
     draft = xgboost.XGBRegressor(n_estimators=100, max_depth=6, learning_rate=0.2, n_jobs=1)
-    draft.fit(decisions(warmup), bound(warmup))
+    draft.fit(decisions(pops[0]), -np.log(scores[0]))
     times: dict[str, list[float]] = {"decisions": [], "draft": [],
                                      **{f"verify_{k}": [] for k in DRAFT_KEEP}}
     kept: dict[int, list[float]] = {k: [] for k in DRAFT_KEEP}
-    for pop in pops:
+    for pop, score in zip(pops[1:], scores[1:]):
         start = time.perf_counter()
-        features = decisions(pop)
+        features = decisions(pop, draft.n_features_in_)  # the columns the draft was fitted on
         times["decisions"].append((time.perf_counter() - start) * 1e3)
-        width = draft.n_features_in_   # a population's longest trace may differ from the fit's
-        features = np.pad(features, ((0, 0), (0, max(width - features.shape[1], 0))),
-                          constant_values=np.nan)[:, :width]
         start = time.perf_counter()
         order = np.argsort(draft.predict(features), kind="stable")
         times["draft"].append((time.perf_counter() - start) * 1e3)
-        full = set(np.argsort(bound(pop), kind="stable")[:16])
+        full = set(np.argsort(-score, kind="stable")[:16])
         for k in DRAFT_KEEP:
             chosen = [pop[i] for i in order[:k]]
             times[f"verify_{k}"].append(time_ms(lambda c=chosen: calo.predict(ctx, c)))
@@ -216,8 +216,9 @@ def main() -> None:
             variants[name] = CaloCostModel.from_settings(corrected, settings, update_steps=0,
                                                          correct_top=top)
 
-    for scorer in (*variants.values(), xgb):  # first calls pay one-time costs
-        scorer.predict(ctx, pops[0])
+    first = {name: scorer.predict(ctx, pops[0])  # first calls pay one-time costs
+             for name, scorer in (*variants.items(), ("xgb", xgb))}
+    calo_scores = [first["calo"]]   # the network's full scores of each population
     times: dict[str, list[float]] = {**{k: [] for k in variants}, "calo_featurize": [],
                                      "xgb": []}
     kept = []   # share of the fully corrected top-16 that the drafts' scoring keeps
@@ -227,6 +228,7 @@ def main() -> None:
             start = time.perf_counter()
             scores[name] = scorer.predict(ctx, pop)
             times[name].append((time.perf_counter() - start) * 1e3)
+        calo_scores.append(scores["calo"])
         times["calo_featurize"].append(time_ms(lambda pop=pop: calo.featurize(ctx, pop)))
         times["xgb"].append(time_ms(lambda pop=pop: xgb.predict(ctx, pop)))
         if fast in scores:
@@ -235,7 +237,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     forward = forward_variants(model, [collate(calo.featurize(ctx, pop)) for pop in pops[1:]],
                                args.compile)
-    drafts = draft_then_verify(calo, ctx, pops[0], pops[1:])
+    drafts = draft_then_verify(calo, ctx, pops, calo_scores)
     result = {
         "workload": args.workload, "population": args.population, "repeat": args.repeat,
         "graph_kind": trained.graph_kind, "torch_threads": torch.get_num_threads(),
