@@ -20,6 +20,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from calo import paths
+from calo.artifact import WEIGHTS
 from calo.cli import main
 from calo.flows.pipeline import planned_stages
 from tests.conftest import DONOR, TARGET, copy_project
@@ -127,6 +128,8 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
                    cwd=project, check=True, capture_output=True)
     assert not _stale(project) & set(donor_stages)
     donor_lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]["pretrain"]
+    weights = project / paths.model_dir(DONOR) / WEIGHTS
+    trained_at = weights.stat().st_mtime_ns
 
     # Tuning is covered by the pipeline's own tests; here the flow refreshes the model only.
     no_tuning = {"tune": False}
@@ -143,7 +146,8 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
     lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
     assert set(chain) <= set(lock)
     assert not _stale(project) & set(chain)
-    assert lock["pretrain"] == donor_lock  # the donor's model was not retrained
+    assert lock["pretrain"] == donor_lock
+    assert weights.stat().st_mtime_ns == trained_at  # the donor's model was not retrained
 
     # Changed fine-tune settings make the device's fine-tune stale, so the next scheduled run
     # redoes it; what the gate does with a worse challenger is test_training_stages's.
