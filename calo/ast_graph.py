@@ -125,9 +125,8 @@ class _Builder:
                 self.visit(child, me)
 
 
-def extract_graph(func: tirx.PrimFunc, target=None) -> ScheduleGraph:
-    """Every statement and expression of the scheduled PrimFunc's body as a graph node (the
-    target is not read: the AST carries no device features)."""
+def extract_graph(func: tirx.PrimFunc) -> ScheduleGraph:
+    """Every statement and expression of the scheduled PrimFunc's body as a graph node."""
     g = _Builder()
     for param in func.params:
         if hasattr(param, "shape"):

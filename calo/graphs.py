@@ -46,7 +46,7 @@ def of_candidates(kind: str, mod, target, candidates: list, stores: bool = False
                   ) -> list[ScheduleGraph]:
     """Graphs of MeasureCandidates of one workload (mod) on target, with TVM's per-store
     features if `stores` (extracted in one call for all of them)."""
-    graphs = [_module(kind).extract_graph(c.sch.mod["main"], target) for c in candidates]
+    graphs = [_module(kind).extract_graph(c.sch.mod["main"]) for c in candidates]
     if stores:
         for graph, rows in zip(graphs, store_features.of_candidates(mod, target, candidates)):
             graph.stores = rows
