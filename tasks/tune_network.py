@@ -118,7 +118,9 @@ def tune_network(settings: cfg.Settings, device: str, network: str, trials: int 
         raise CaloError(f"network '{network}' has no task to tune")
 
     runs = {}
-    for model in MODELS:
+    # Whichever model tunes first meets a colder machine (caches, page cache, a fresh builder
+    # pool): the order alternates with the seed so that repeated runs cancel it out.
+    for model in MODELS if settings.tune.seed % 2 == 0 else MODELS[::-1]:
         cost_model = (CaloCostModel.from_settings(trained, settings) if model == "calo"
                       else "xgb")
         runs[model] = _tune(settings, device, tuned, cost_model, out / model, trials)

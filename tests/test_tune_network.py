@@ -1,4 +1,6 @@
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,3 +63,13 @@ def test_weighted_curve_starts_once_every_task_is_measured():
     assert curve == [(4.0, 2 * 2.0 + 5.0), (5.0, 2 * 2.0 + 1.0)]
     assert time_to_reach(curve, 9.0) == 4.0
     assert time_to_reach(curve, 4.0) is None
+
+
+def test_benchmark_median_counts_a_run_that_never_reached_as_the_slowest():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from tune_network import median_ratio
+
+    assert median_ratio([0.5, None, 0.7]) == 0.7
+    assert median_ratio([0.4, 0.6]) == 0.5
+    assert median_ratio([0.3, None]) is None
+    assert median_ratio([None, 0.2, None]) is None
