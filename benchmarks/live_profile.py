@@ -40,6 +40,7 @@ from calo.tasks.tune import run_tuner  # noqa: E402
 ROOT = Path(__file__).resolve().parent
 SPENT: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
+SCORED: dict[str, int] = defaultdict(int)   # candidates passed to predict
 
 
 def timed(cls: type, name: str, label: str) -> None:
@@ -51,6 +52,8 @@ def timed(cls: type, name: str, label: str) -> None:
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         start = time.perf_counter()
+        if name == "predict":
+            SCORED[label.split(".")[0]] += len(args[2])
         try:
             return method(*args, **kwargs)
         finally:
@@ -105,6 +108,7 @@ def main() -> None:
         for method in ("xgb", "calo"):
             SPENT.clear()
             CALLS.clear()
+            SCORED.clear()
             model = (CaloCostModel.from_settings(copy.deepcopy(trained), seeded)
                      if method == "calo"
                      else ms.cost_model.XGBModel(num_tuning_cores=os.cpu_count() or 1))
@@ -113,6 +117,9 @@ def main() -> None:
             scopes = {k: float(v) for k, v in profiler.get().items()}
             row = {**breakdown(method, run["wall_s"], scopes), "trials": run["trials"],
                    "best_us": run["curve"][-1] * 1e6, "tvm_scopes_s": dict(sorted(scopes.items()))}
+            if method == "calo":  # programs it extracted: each once per search (a cache)
+                row["candidates_scored"] = SCORED["calo"]
+                row["programs_extracted"] = len(model.graphs_of)
             report["runs"][f"{method}-{seed}"] = row
             print(f"{method:<5} seed {seed}: " + ", ".join(
                 f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()

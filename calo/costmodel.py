@@ -8,7 +8,9 @@ kappa_t = c / sqrt(t + offset) decays with the tuning round t (one round per `up
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +32,11 @@ from calo.records import latency_of, target_key
 from calo.schedule_graph import ScheduleGraph
 
 ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of this search
-# Per-store rows kept per search, by program: the population's best come back generation after
-# generation (survivors, unmutated copies), and they are the ones the drafts re-score. Bounded
-# so a long search cannot grow without limit (rows are a few KB per program).
-MAX_STORE_ROWS = 50_000
+# Graphs and per-store rows kept per search, by program (its structural hash): a mutation often
+# lands on a program an earlier generation or round already scored, and every measured candidate
+# was scored before it is learned from; hashing a program costs far less than extracting it.
+# Bounded so a long search cannot grow without limit (a few KB per program).
+MAX_CACHED_PROGRAMS = 50_000
 
 
 @derived_object
@@ -52,7 +55,8 @@ class CaloCostModel(PyCostModel):
         self.round = 0
         self.measured: list = []
         self.generator = torch.Generator().manual_seed(seed)
-        self.store_rows_of: dict[int, np.ndarray] = {}  # structural hash of a program -> rows
+        self.graphs_of: dict[int, ScheduleGraph] = {}   # structural hash of a program -> graph
+        self.store_rows_of: dict[int, np.ndarray] = {}  # ... -> its per-store rows
         self.anchor = Anchor(self.model)  # the weights tuning started from
 
     @classmethod
@@ -145,25 +149,21 @@ class CaloCostModel(PyCostModel):
     def featurize(self, context, candidates, stores: bool | None = None
                   ) -> list[ScheduleGraph]:
         """Graphs of candidates, with per-store features where the network (or `stores`)
-        asks."""
-        graphs = of_candidates(self.trained.graph_kind, context.mod, context.target, candidates)
+        asks; each program's extracted once per search."""
+        keys = program_keys(candidates)
+        graphs = cached(self.graphs_of, keys, candidates, lambda missing: of_candidates(
+            self.trained.graph_kind, context.mod, context.target, missing))
         if self.trained.reads_stores if stores is None else stores:
-            for graph, rows in zip(graphs, self.store_rows(context, candidates)):
-                graph.stores = rows
+            rows = self.store_rows(context, candidates, keys)
+            graphs = [dataclasses.replace(g, stores=r) for g, r in zip(graphs, rows)]
         return graphs
 
-    def store_rows(self, context, candidates) -> list[np.ndarray]:
-        """TVM's per-store rows of candidates, each program's extracted once per search
-        (hashing a program costs a tenth of extracting its rows)."""
-        keys = [tvm_ffi.structural_hash(c.sch.mod) for c in candidates]
-        rows = {k: self.store_rows_of[k] for k in keys if k in self.store_rows_of}
-        missing = {k: c for k, c in zip(keys, candidates) if k not in rows}
-        rows.update(zip(missing, store_features.of_candidates(context.mod, context.target,
-                                                              list(missing.values()))))
-        if len(self.store_rows_of) + len(missing) > MAX_STORE_ROWS:
-            self.store_rows_of.clear()
-        self.store_rows_of.update((k, rows[k]) for k in missing)
-        return [rows[k] for k in keys]
+    def store_rows(self, context, candidates, keys: list[int] | None = None
+                   ) -> list[np.ndarray]:
+        """TVM's per-store rows of candidates, each program's extracted once per search."""
+        return cached(self.store_rows_of, keys or program_keys(candidates), candidates,
+                      lambda missing: store_features.of_candidates(context.mod, context.target,
+                                                                   missing))
 
     @torch.inference_mode()
     def predict(self, context, candidates) -> np.ndarray:
@@ -193,3 +193,21 @@ class CaloCostModel(PyCostModel):
         out = bound + drafts.max()
         out[top] = bound[top] + drafts
         return out
+
+
+def program_keys(candidates) -> list[int]:
+    return [tvm_ffi.structural_hash(c.sch.mod) for c in candidates]
+
+
+def cached(cache: dict, keys: list[int], candidates: list, compute: Callable[[list], list]
+           ) -> list:
+    """cache[key] for each candidate's key, computing those missing in one call (a program
+    that appears twice among them once); the cache is emptied when it would outgrow
+    MAX_CACHED_PROGRAMS."""
+    missing = {k: c for k, c in zip(keys, candidates) if k not in cache}
+    found = dict(zip(missing, compute(list(missing.values())))) if missing else {}
+    out = [cache[k] if k in cache else found[k] for k in keys]
+    if len(cache) + len(found) > MAX_CACHED_PROGRAMS:
+        cache.clear()
+    cache.update(found)
+    return out

@@ -139,56 +139,77 @@ def compile_network(program: RelaxProgram, target: tvm.target.Target,
     return library
 
 
-def run_network(library: Path, program: RelaxProgram, *, threads: int | None, rtol: float,
-                atol: float, repeat: int, min_repeat_ms: int) -> dict:
-    """Run a compiled network in a fresh process with the device's thread count (as the
-    runner measures candidates), check its outputs against PyTorch's, and time it.
+def run_networks(libraries: dict[str, Path], program: RelaxProgram, work: Path, *,
+                 threads: int | None, rtol: float, atol: float, repeat: int,
+                 min_repeat_ms: int) -> dict[str, dict]:
+    """Run compiled networks in one fresh process with the device's thread count (as the
+    runner measures candidates), check each one's outputs against PyTorch's, and time them.
 
-    Returns the median and minimum of `repeat` timings (each of as many runs as fill
-    min_repeat_ms) and the largest absolute difference from PyTorch; raises CaloError when an
-    output is not allclose or the library does not run.
+    The timings interleave: each of `repeat` rounds times every library once (as many runs as
+    fill min_repeat_ms), so a busy spell of the machine slows all of them alike instead of
+    whichever ran then. Returns per library the median and minimum of its timings and the
+    largest absolute difference from PyTorch; raises CaloError naming the library whose output
+    is not allclose or that does not run.
     """
-    work = library.parent
+    work.mkdir(parents=True, exist_ok=True)
     np.savez(work / "inputs.npz", *[t.numpy() for t in program.inputs])
     np.savez(work / "expected.npz", *program.expected)
     env = {**os.environ, **({"TVM_NUM_THREADS": str(threads)} if threads else {})}
-    args = [sys.executable, "-m", "calo.relax_build", str(library), str(work), str(rtol),
-            str(atol), str(repeat), str(min_repeat_ms)]
+    args = [sys.executable, "-m", "calo.relax_build", str(work), str(rtol), str(atol),
+            str(repeat), str(min_repeat_ms), *(f"{name}={lib}" for name, lib in libraries.items())]
     done = subprocess.run(args, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
-        raise CaloError(f"{library.name}: {lines[-1]}")
+        raise CaloError(lines[-1])
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _time_library(library: str, work: str, rtol: float, atol: float, repeat: int,
-                  min_repeat_ms: int) -> dict:
-    vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
-    with np.load(Path(work) / "inputs.npz") as f:
-        inputs = [tvm.runtime.tensor(f[k]) for k in f.files]
-    with np.load(Path(work) / "expected.npz") as f:
-        expected = [f[k] for k in f.files]
-    out = vm["main"](*inputs)
+def _checked_vm(library: str, inputs: list, expected: list[np.ndarray], rtol: float,
+                atol: float) -> tuple[relax.VirtualMachine, float]:
+    """The library's VM, once its outputs are allclose to PyTorch's; and the largest
+    difference."""
+    name = Path(library).name
+    try:
+        vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
+        out = vm["main"](*inputs)
+    except Exception as err:  # noqa: BLE001 (the parent reports it as one line)
+        raise SystemExit(f"{name}: does not run: {reason(err)}") from err
     outputs = ([out.numpy()] if isinstance(out, tvm.runtime.Tensor)
                else [out[i].numpy() for i in range(len(out))])
     if len(outputs) != len(expected):
-        raise SystemExit(f"the compiled network gives {len(outputs)} outputs, PyTorch "
-                         f"{len(expected)}")
+        raise SystemExit(f"{name}: the compiled network gives {len(outputs)} outputs, "
+                         f"PyTorch {len(expected)}")
     worst = 0.0
     for got, want in zip(outputs, expected):
         if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol):
             diff = np.abs(got - want).max() if got.shape == want.shape else float("nan")
-            raise SystemExit(f"the compiled network's output differs from PyTorch's "
+            raise SystemExit(f"{name}: the compiled network's output differs from PyTorch's "
                              f"(largest difference {diff:.3g})")
         worst = max(worst, float(np.abs(got - want).max()))
-    timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat,
-                              min_repeat_ms=min_repeat_ms)
-    results = np.array(timer(*inputs).results)
-    return {"median_s": float(np.median(results)), "min_s": float(results.min()),
-            "repeats": len(results), "max_abs_diff": worst}
+    return vm, worst
+
+
+def _time_libraries(work: str, rtol: float, atol: float, repeat: int, min_repeat_ms: int,
+                    libraries: dict[str, str]) -> dict[str, dict]:
+    with np.load(Path(work) / "inputs.npz") as f:
+        inputs = [tvm.runtime.tensor(f[k]) for k in f.files]
+    with np.load(Path(work) / "expected.npz") as f:
+        expected = [f[k] for k in f.files]
+    timers, worst = {}, {}
+    for name, library in libraries.items():
+        vm, worst[name] = _checked_vm(library, inputs, expected, rtol, atol)
+        timers[name] = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1,
+                                         min_repeat_ms=min_repeat_ms)
+    timings: dict[str, list[float]] = {name: [] for name in libraries}
+    for _ in range(repeat):
+        for name, timer in timers.items():
+            timings[name] += timer(*inputs).results
+    return {name: {"median_s": float(np.median(t)), "min_s": float(np.min(t)),
+                   "repeats": len(t), "max_abs_diff": worst[name]}
+            for name, t in timings.items()}
 
 
 if __name__ == "__main__":
-    lib, work_dir, rtol_, atol_, repeat_, min_ms = sys.argv[1:7]
-    print(json.dumps(_time_library(lib, work_dir, float(rtol_), float(atol_), int(repeat_),
-                                   int(min_ms))))
+    work_dir, rtol_, atol_, repeat_, min_ms, *libs = sys.argv[1:]
+    print(json.dumps(_time_libraries(work_dir, float(rtol_), float(atol_), int(repeat_),
+                                     int(min_ms), dict(lib.split("=", 1) for lib in libs))))

@@ -32,7 +32,7 @@ from calo.errors import CaloError
 from calo.log import get_logger
 from calo.measure import close_builder, make_builder, make_runner
 from calo.networks import load_network
-from calo.relax_build import Task, compile_network, extract_tasks, import_network, run_network
+from calo.relax_build import Task, compile_network, extract_tasks, import_network, run_networks
 from calo.tasks.tune import Timeline, evolutionary_search, quiet_tvm_logging
 
 MODELS = ("calo", "xgb")
@@ -127,17 +127,16 @@ def tune_network(settings: cfg.Settings, device: str, network: str, trials: int 
         log.info(f"tune-network {device}/{network}: {model}, {runs[model]['trials']} trials in "
                  f"{runs[model]['wall_s']:.0f} s")
 
-    threads = dev.runner.get("num_threads")
-    latency = {}
-    for variant in VARIANTS:
-        database = runs[variant]["database"] if variant in runs else None
-        library = compile_network(program, target, database, out / variant / "network.so")
-        latency[variant] = run_network(
-            library, program, threads=threads, rtol=net_settings.rtol, atol=net_settings.atol,
-            repeat=net_settings.repeat, min_repeat_ms=net_settings.min_repeat_ms)
-        log.info(f"tune-network {device}/{network}: {variant} "
-                 f"{latency[variant]['median_s'] * 1e6:.1f} us end to end (outputs match "
-                 f"PyTorch's)")
+    libraries = {variant: compile_network(program, target, runs[variant]["database"]
+                                          if variant in runs else None,
+                                          out / variant / "network.so")
+                 for variant in VARIANTS}
+    latency = run_networks(libraries, program, out, threads=dev.runner.get("num_threads"),
+                           rtol=net_settings.rtol, atol=net_settings.atol,
+                           repeat=net_settings.repeat, min_repeat_ms=net_settings.min_repeat_ms)
+    log.info(f"tune-network {device}/{network}: end to end " + ", ".join(
+        f"{v} {latency[v]['median_s'] * 1e6:.1f} us" for v in VARIANTS)
+        + " (outputs match PyTorch's; timings interleaved)")
     return _report(network, batch, trials, tasks, tuned, runs, latency, version)
 
 

@@ -7,7 +7,7 @@ import tvm
 from mlflow.tracking import MlflowClient
 from tvm.s_tir import meta_schedule as ms
 
-from calo import paths
+from calo import costmodel, paths
 from calo.records import iter_records
 from calo.tasks.tune import best_so_far, load_tuning_model, trials_to_quality, write_report
 from calo.workloads import create_mod
@@ -100,6 +100,28 @@ def test_cost_model_scores_and_decaying_kappa(params, calibrated):
     # The fine-tune rule's row for a few records: every layer adapts.
     assert any(k.startswith("head.") for k in changed)
     assert any(not k.startswith("head.") for k in changed)
+
+
+def test_cost_model_extracts_each_program_once_per_search(params, calibrated, monkeypatch):
+    model = load_tuning_model(params, TARGET)
+    ctx, cands, results = _mm64_candidates(params)
+    first = model.predict(ctx, cands)
+    extracted = []
+    real = costmodel.of_candidates
+
+    def counted(kind, mod, target, candidates):
+        extracted.extend(candidates)
+        return real(kind, mod, target, candidates)
+
+    monkeypatch.setattr(costmodel, "of_candidates", counted)
+    again = model.predict(ctx, cands + cands[:2])   # programs scored before, two twice
+    assert extracted == []
+    assert np.array_equal(again, np.concatenate([first, first[:2]]))
+    model.update(ctx, cands, results)   # what was measured was scored: nothing to extract
+    assert extracted == [] and len(model.measured) == len(cands)
+    fresh = real(model.trained.graph_kind, ctx.mod, ctx.target, cands)
+    assert all(np.array_equal(a.x, b.x) and np.array_equal(a.edge_index, b.edge_index)
+               for a, b in zip(model.featurize(ctx, cands), fresh))
 
 
 def test_online_updates_take_the_finetune_rules_row_for_what_was_measured(params, calibrated):
