@@ -127,8 +127,8 @@ def tune_network(settings: cfg.Settings, device: str, network: str, trials: int 
         log.info(f"tune-network {device}/{network}: {model}, {runs[model]['trials']} trials in "
                  f"{runs[model]['wall_s']:.0f} s")
 
-    libraries = {variant: compile_network(program, target, runs[variant]["database"]
-                                          if variant in runs else None,
+    databases = {model: run["database"] for model, run in runs.items()}  # untuned: none
+    libraries = {variant: compile_network(program, target, databases.get(variant),
                                           out / variant / "network.so")
                  for variant in VARIANTS}
     latency = run_networks(libraries, program, out, threads=dev.runner.get("num_threads"),

@@ -13,6 +13,8 @@ from calo.relax_build import import_network
 from calo.tasks.tune_network import time_to_reach, weighted_curve
 from tests.conftest import TARGET
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
 TINY = "tests.tiny_net:tiny"
 
 
@@ -66,7 +68,6 @@ def test_weighted_curve_starts_once_every_task_is_measured():
 
 
 def test_benchmark_median_counts_a_run_that_never_reached_as_the_slowest():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from tune_network import median_ratio
 
     assert median_ratio([0.5, None, 0.7]) == 0.7
