@@ -1,7 +1,8 @@
 """CALO-GNN as a Meta-Schedule cost model, with the uncertainty-decaying UCB rule (UEC-UCB).
 
 Meta-Schedule keeps the candidates with the highest scores, so a candidate's score is its
-optimistic latency bound, exp(-(mu - kappa_t * sigma)), shifted so the best candidate scores 1.
+optimistic latency bound, exp(-(mu - kappa_t * sigma)), relative to the best bound of the
+round's first scoring, so that every generation of one search round is scored on one scale.
 mu and sigma are the calibrated mean and epistemic standard deviation of the log latency, and
 kappa_t = c / sqrt(t + offset) decays with the tuning round t (one round per `update`).
 """
@@ -37,6 +38,8 @@ ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of
 # was scored before it is learned from; hashing a program costs far less than extracting it.
 # Bounded so a long search cannot grow without limit (a few KB per program).
 MAX_CACHED_PROGRAMS = 50_000
+# Scores are exp(reference - bound); the exponent is clipped so that no score overflows.
+MAX_LOG_SCORE = 300.0
 
 
 @derived_object
@@ -58,6 +61,8 @@ class CaloCostModel(PyCostModel):
         self.graphs_of: dict[int, ScheduleGraph] = {}   # structural hash of a program -> graph
         self.store_rows_of: dict[int, np.ndarray] = {}  # ... -> its per-store rows
         self.anchor = Anchor(self.model)  # the weights tuning started from
+        # Best bound of each task's first scoring since the last update, by task name.
+        self.reference: dict[str, float] = {}
 
     @classmethod
     def from_settings(cls, trained: TrainedModel, settings: cfg.Settings,
@@ -103,6 +108,7 @@ class CaloCostModel(PyCostModel):
         graphs = self.featurize(context, [cand for cand, _ in ok], self.learns_stores)
         self.measured += [to_data(g, math.log(secs)) for g, (_, secs) in zip(graphs, ok)]
         self.round += 1
+        self.reference.clear()  # kappa and (below) the weights change: a new scale
         if not self.measured or self.update_steps <= 0:
             return
         # The warm-up fine-tune's rule, at the number of records this search has measured, for
@@ -177,7 +183,12 @@ class CaloCostModel(PyCostModel):
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
         if self.trained.correction is not None:
             bound = self.corrected(context, candidates, graphs, bound)
-        return np.exp(-(bound - bound.min()))
+        # TVM's evolutionary search keeps the best-scored candidates of all its generations in
+        # one heap: scored relative to each call's own best, every generation's best would tie
+        # at 1, whatever its bound, and the heap would fill with the last generation's
+        # near-copies of one parent.
+        ref = self.reference.setdefault(str(context.task_name), float(bound.min()))
+        return np.exp(np.clip(ref - bound, -MAX_LOG_SCORE, MAX_LOG_SCORE))
 
     def corrected(self, context, candidates, graphs, bound: np.ndarray) -> np.ndarray:
         """The bounds with the residual correction: on every candidate where the network reads

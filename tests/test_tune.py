@@ -94,8 +94,14 @@ def test_cost_model_scores_and_decaying_kappa(params, calibrated):
     scores = model.predict(ctx, cands)
     assert scores.dtype == np.float64 and scores.shape == (len(cands),)
     assert np.all(np.isfinite(scores)) and np.all(scores > 0) and scores.max() == 1.0
+    # A later generation of the same round, without the best: scored on the first one's
+    # scale, as TVM's search compares them in one heap.
+    best = int(scores.argmax())
+    rest = model.predict(ctx, cands[:best] + cands[best + 1:])
+    assert rest.max() < 1.0 and np.allclose(rest, np.delete(scores, best), rtol=1e-5)
     changed = _weights_changed_by_update(model, ctx, cands, results)
     assert model.round == 1 and len(model.measured) == len(cands)
+    assert model.predict(ctx, cands[1:]).max() == 1.0   # a new round: a new scale
     assert model.kappa() < 1.5 / math.sqrt(50)
     # The fine-tune rule's row for a few records: every layer adapts.
     assert any(k.startswith("head.") for k in changed)
