@@ -122,7 +122,8 @@ def test_cost_model_extracts_each_program_once_per_search(params, calibrated, mo
     monkeypatch.setattr(costmodel, "of_candidates", counted)
     again = model.predict(ctx, cands + cands[:2])   # programs scored before, two twice
     assert extracted == []
-    assert np.array_equal(again, np.concatenate([first, first[:2]]))
+    # The same graphs; a batch of another size may round differently in the last digits.
+    assert np.allclose(again, np.concatenate([first, first[:2]]), rtol=1e-5)
     model.update(ctx, cands, results)   # what was measured was scored: nothing to extract
     assert extracted == [] and len(model.measured) == len(cands)
     fresh = real(model.trained.graph_kind, ctx.mod, ctx.target, cands)
