@@ -164,11 +164,10 @@ def run_networks(libraries: dict[str, Path], program: RelaxProgram, work: Path, 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _checked_vm(library: str, inputs: list, expected: list[np.ndarray], rtol: float,
+def _checked_vm(name: str, library: str, inputs: list, expected: list[np.ndarray], rtol: float,
                 atol: float) -> tuple[relax.VirtualMachine, float]:
     """The library's VM, once its outputs are allclose to PyTorch's; and the largest
-    difference."""
-    name = Path(library).name
+    difference. Errors name the variant (every library's file is network.so)."""
     try:
         vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
         out = vm["main"](*inputs)
@@ -197,7 +196,7 @@ def _time_libraries(work: str, rtol: float, atol: float, repeat: int, min_repeat
         expected = [f[k] for k in f.files]
     timers, worst = {}, {}
     for name, library in libraries.items():
-        vm, worst[name] = _checked_vm(library, inputs, expected, rtol, atol)
+        vm, worst[name] = _checked_vm(name, library, inputs, expected, rtol, atol)
         timers[name] = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1,
                                          min_repeat_ms=min_repeat_ms)
     timings: dict[str, list[float]] = {name: [] for name in libraries}
