@@ -28,7 +28,7 @@ from calo.compute import training_device
 from calo.correction import fit_residuals
 from calo.dataset import collate, to_data
 from calo.graphs import of_candidates
-from calo.models.training import Anchor, loader, recenter, train_step
+from calo.models.training import Anchor, recenter, train_step, workload_batches
 from calo.records import latency_of, target_key
 from calo.schedule_graph import ScheduleGraph
 
@@ -57,6 +57,7 @@ class CaloCostModel(PyCostModel):
         self.optimizer: torch.optim.Optimizer | None = None
         self.round = 0
         self.measured: list = []
+        self.tasks: list[str] = []  # the tuning task of each measured graph
         self.generator = torch.Generator().manual_seed(seed)
         self.graphs_of: dict[int, ScheduleGraph] = {}   # structural hash of a program -> graph
         self.store_rows_of: dict[int, np.ndarray] = {}  # ... -> its per-store rows
@@ -87,8 +88,8 @@ class CaloCostModel(PyCostModel):
         """The whole state: the artifact (weights, config, temperature) and what this search
         measured, so a loaded model scores and updates exactly as this one would."""
         self.trained.save(Path(path))
-        torch.save({"round": self.round, "measured": [g.to_dict() for g in self.measured]},
-                   Path(path) / ONLINE_STATE)
+        torch.save({"round": self.round, "measured": [g.to_dict() for g in self.measured],
+                    "tasks": self.tasks}, Path(path) / ONLINE_STATE)
 
     def load(self, path: str) -> None:
         loaded = TrainedModel.load(Path(path))
@@ -100,6 +101,7 @@ class CaloCostModel(PyCostModel):
             state = torch.load(state_file, weights_only=True)
             self.round = state["round"]
             self.measured = [Data(**fields) for fields in state["measured"]]
+            self.tasks = state.get("tasks", [""] * len(self.measured))  # older states: one task
 
     def update(self, context, candidates, results) -> None:
         """Learn from the round's measurements with a bounded number of gradient steps."""
@@ -107,14 +109,17 @@ class CaloCostModel(PyCostModel):
         ok = [(cand, s) for cand, s in zip(candidates, secs) if s is not None]
         graphs = self.featurize(context, [cand for cand, _ in ok], self.learns_stores)
         self.measured += [to_data(g, math.log(secs)) for g, (_, secs) in zip(graphs, ok)]
+        self.tasks += [str(context.task_name)] * len(ok)
         self.round += 1
         self.reference.clear()  # kappa and (below) the weights change: a new scale
         if not self.measured or self.update_steps <= 0:
             return
-        # The warm-up fine-tune's rule, at the number of records this search has measured, for
-        # its device: one the model has learned, or a new one.
+        # The warm-up fine-tune's rule, at the records per task this search has measured (a
+        # network's search measures many tasks), for its device: one the model has learned, or
+        # a new one.
         target = {target_key(context.target)} if context.target is not None else set()
-        step = self.finetune.step_for(len(self.measured), self.trained.trained_on(target))
+        per_task = len(self.measured) / len(set(self.tasks))
+        step = self.finetune.step_for(per_task, self.trained.trained_on(target))
         if step != self.step:
             self.step = step
             self.model.set_trainable(step.layers)
@@ -123,14 +128,16 @@ class CaloCostModel(PyCostModel):
                 weight_decay=self.train.weight_decay)
         if self.finetune.recenter:
             recenter(self.model, self.measured)
-        batches = loader(self.measured, batch_size=self.finetune.batch_size, shuffle=True,
-                         generator=self.generator)
+        # Batches and ranking pairs as the fine-tune draws them: within one task, its throughput
+        # relative to the task's best, never one task's kernels ranked against another's.
+        batches = workload_batches(self.measured, self.tasks, self.finetune.batch_size,
+                                   self.train.batches, self.generator)
         self.model.to(training_device(self.train.device))  # scoring stays on the CPU
         steps = 0
         while steps < self.update_steps:
             for batch in batches:
                 train_step(self.model, self.optimizer, batch, lam=self.train.lam,
-                           rank_weight=self.train.rank_weight,
+                           rank_weight=self.train.rank_weight, rank_pairs=self.train.rank_pairs,
                            rank_weighting=self.train.rank_weighting,
                            rank_loss=self.train.rank_loss,
                            rank_sharpness=self.train.rank_sharpness,

@@ -70,10 +70,10 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
                forward: torch.nn.Module | None = None) -> float:
     """One optimizer step on one batch, as pre-training, fine-tuning and online updates take it.
 
-    A batch without workload tags (an online update: one workload's measurements) is one group,
-    its throughput relative to its own best. `rank_sharpness` (listwise) is per unit of natural
-    log latency; the loss sees standardized latencies, hence the factor y_std. `fast_weight`
-    weighs each record's regression loss by 1 + fast_weight x its normalized throughput.
+    A batch without workload tags is one group, its throughput relative to its own best.
+    `rank_sharpness` (listwise) is per unit of natural log latency; the loss sees standardized
+    latencies, hence the factor y_std. `fast_weight` weighs each record's regression loss by
+    1 + fast_weight x its normalized throughput.
     `forward` runs the forward pass instead of the model (data parallel: its DDP wrapper).
     """
     model.train()
@@ -224,9 +224,7 @@ def fit(
             graphs = ([resident[i] for i in positions] if resident is not None
                       else list(train.subset(positions)))
             if tags is not None:
-                graphs = [copy.copy(g) for g in graphs]  # the tags stay with this fit's copies
-                for g, i in zip(graphs, positions):
-                    g.group, g.throughput = tags[0][i:i + 1], tags[1][i:i + 1]
+                graphs = _tagged(graphs, tags, positions)
             yield from _batches_of(graphs, batches, batch_size, generator, rank, world)
             del graphs  # this window's shards go before the next window's load
 
@@ -301,6 +299,24 @@ def _workload_tags(train: Sequence[Data], workloads: Sequence[str]
     groups = torch.tensor([index[w] for w in workloads], dtype=torch.long)
     best = torch.full((len(index),), math.inf).scatter_reduce(0, groups, y, "amin")
     return groups, torch.exp(best[groups] - y)
+
+
+def _tagged(graphs: Sequence[Data], tags: tuple[torch.Tensor, torch.Tensor],
+            positions: Sequence[int]) -> list[Data]:
+    """Copies of graphs carrying their workload tags (the tags stay with the copies)."""
+    out = [copy.copy(g) for g in graphs]
+    for g, i in zip(out, positions):
+        g.group, g.throughput = tags[0][i:i + 1], tags[1][i:i + 1]
+    return out
+
+
+def workload_batches(graphs: Sequence[Data], workloads: Sequence[str], batch_size: int,
+                     batches: Batches, generator: torch.Generator) -> DataLoader:
+    """fit's batches of graphs in memory, tagged by workload as fit tags them; each pass over
+    the loader is a new random epoch. An online update's: the records a search measured, over
+    as many tuning tasks as it has (a network's), ranked within each task."""
+    tagged = _tagged(graphs, _workload_tags(graphs, workloads), range(len(graphs)))
+    return _batches_of(tagged, batches, batch_size, generator, 0, 1)
 
 
 def _sampler(graphs: list[Data], batches: Batches, batch_size: int, generator: torch.Generator

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
+from torch_geometric.data import Data
 
 from calo import paths
 from calo.dataset import load_graphs
@@ -21,7 +22,14 @@ from calo.models.evidential import (
     nig_nll,
     pairwise_rank_loss,
 )
-from calo.models.training import WorkloadBatches, fit, mean_nll, predict, recenter
+from calo.models.training import (
+    WorkloadBatches,
+    fit,
+    mean_nll,
+    predict,
+    recenter,
+    workload_batches,
+)
 from tests.conftest import DONOR
 
 LEVELS = confidence_levels(19)
@@ -202,6 +210,24 @@ def test_workload_batches_hold_one_workload_and_cover_every_graph_once():
     assert all(len({groups[i] for i in b}) == 1 and len(b) <= 4 for b in batches)
     assert sorted(i for b in batches for i in b) == list(range(len(groups)))
     assert batches != list(sampler)  # a new order every epoch
+
+
+def test_an_online_updates_batches_rank_each_task_against_its_own_best():
+    """A network's search measures many tasks: a batch holds one, its throughput relative to
+    that task's best record, wherever in the epoch the best falls."""
+    y = [1.0, 2.0, 3.0, -5.0, -4.0]  # log latency: task b is far faster than task a
+    graphs = [Data(x=torch.zeros(1, 1), edge_index=torch.zeros(2, 0, dtype=torch.long),
+                   edge_type=torch.zeros(0, dtype=torch.long), y=torch.tensor([v])) for v in y]
+    tasks = ["a", "a", "a", "b", "b"]
+    batches = workload_batches(graphs, tasks, 2, "workload", torch.Generator().manual_seed(0))
+    seen = {}
+    for batch in batches:
+        assert len(set(batch.group.tolist())) == 1
+        seen.update(zip(batch.y.tolist(), batch.throughput.tolist()))
+    assert len(seen) == len(y)
+    for v, best in zip(y, [1.0, 1.0, 1.0, -5.0, -5.0]):
+        assert np.isclose(seen[v], np.exp(best - v))
+    assert not any("group" in g for g in graphs)  # the caller's graphs stay untagged
 
 
 def test_checked_temperature_keeps_the_current_one_unless_cross_fitting_improves():

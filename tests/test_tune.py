@@ -143,6 +143,22 @@ def test_online_updates_take_the_finetune_rules_row_for_what_was_measured(params
     assert model.step.layers == "all" and any(not k.startswith("head.") for k in changed)
 
 
+def test_a_networks_online_update_counts_records_per_task(params, calibrated):
+    """Four records of each of two tasks are four per task: the rule's head-only row, as the
+    fine-tune would take it for that warm-up, not the row for eight."""
+    head_first = params.override({"finetune.rule": [
+        {"up_to": 4, "layers": "head", "epochs": 1, "lr": 1.0e-3},
+        {"up_to": None, "layers": "all", "epochs": 1, "lr": 1.0e-3}]})
+    ctx, cands, results = _mm64_candidates(params)
+    other = ms.TuneContext(mod=ctx.mod, target=ctx.target, task_name="other")
+    model = load_tuning_model(head_first, TARGET)
+    model.update(ctx, cands[:4], results[:4])
+    changed = _weights_changed_by_update(model, other, cands[:4], results[:4])
+    assert model.tasks == [str(ctx.task_name)] * 4 + ["other"] * 4
+    assert changed and model.step.layers == "head"
+    assert all(k.startswith("head.") for k in changed)
+
+
 def test_online_updates_pull_toward_the_donor_as_the_rules_row_says(params, calibrated):
     """At lr * anchor = 1 each step's pull lands back on the weights tuning started from."""
     ctx, cands, results = _mm64_candidates(params)
@@ -167,6 +183,7 @@ def test_cost_model_save_load_keeps_its_whole_state(params, calibrated, tmp_path
     fresh = load_tuning_model(params, TARGET)
     fresh.load(str(tmp_path / "saved"))
     assert fresh.round == model.round == 1 and len(fresh.measured) == len(model.measured)
+    assert fresh.tasks == model.tasks
     assert fresh.temperature == model.temperature
     assert np.array_equal(fresh.predict(ctx, cands), model.predict(ctx, cands))
 
