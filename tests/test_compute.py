@@ -20,10 +20,11 @@ from tests.conftest import DONOR
 # process. Each process takes every other batch, so an epoch has half the optimizer steps, each
 # averaging two batches: the same recipe, not the same run. On this pool, over train.seed 0 to
 # 3, the two differed at the same seed by up to 0.06 on the training graphs and, on earlier
-# harvests, up to 0.11 on the validation ones; twice the largest leaves room for the machine's
-# float reductions. The training graphs, not the validation ones: those are a handful, and on
-# one harvest an outlying label there moved the gap to 0.30.
-NLL_TOLERANCE = 0.2
+# harvests, up to 0.11 on the validation ones. The training graphs, not the validation ones:
+# those are a handful, and on one harvest an outlying label there moved the gap to 0.30. The
+# labels are measured afresh in every run: on a harvest measured while the machine was busy
+# with other work the training graphs' gap reached 0.22, hence the margin.
+NLL_TOLERANCE = 0.3
 
 
 def _pretrain(project, *args) -> float:
