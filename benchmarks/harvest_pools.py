@@ -13,6 +13,9 @@ Harvesting tops up, so an interrupted run continues where it stopped; run it in 
 
     python benchmarks/harvest_pools.py donor --device cpu-host --count 160 --shape small
     python benchmarks/harvest_pools.py heldout --device cpu-host --count 256 --pack
+
+On a machine with an NVIDIA GPU, `--device cuda` measures with params.yaml's cuda template
+(`suite-cuda`); `--build-workers` uses its cores for the builds.
 """
 
 from __future__ import annotations
@@ -57,9 +60,17 @@ def heldout_workloads() -> dict[str, dict]:
     return out
 
 
-def pool_settings(base: Settings, kind: str, device: str) -> Settings:
-    """Settings with the pool as a device measured exactly like `device`."""
-    changes = {f"devices.{pool_name(kind, device)}": base.raw["devices"][device]}
+def pool_settings(base: Settings, kind: str, device: str, build_workers: int | None = None
+                  ) -> Settings:
+    """Settings with the pool as a device measured exactly like `device`: one of params.yaml's
+    devices, or one of its device_templates (cuda) on a machine that has such a device."""
+    entry = base.raw["devices"].get(device) or base.raw.get("device_templates", {}).get(device)
+    if entry is None:
+        raise SystemExit(f"unknown device '{device}': not among params.yaml's devices or "
+                         "device_templates")
+    changes = {f"devices.{pool_name(kind, device)}": entry}
+    if build_workers:
+        changes["harvest.build_workers"] = build_workers
     if kind == "heldout":
         changes.update({f"workloads.{n}": w for n, w in heldout_workloads().items()})
     return base.override(changes)
@@ -81,7 +92,10 @@ def pack(store: Path, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=["donor", "heldout"])
-    parser.add_argument("--device", required=True, help="a device of params.yaml")
+    parser.add_argument("--device", required=True,
+                        help="a device of params.yaml, or a template of its device_templates")
+    parser.add_argument("--build-workers", type=int,
+                        help="parallel builds (default: params.yaml's harvest.build_workers)")
     parser.add_argument("--count", type=int, required=True, help="records wanted per workload")
     parser.add_argument("--shape", default="all", choices=[*suite.SHAPES, "all"],
                         help="donor pool: which suite shapes this run tops up")
@@ -91,7 +105,7 @@ def main() -> None:
 
     from calo.tasks.harvest import harvest
 
-    settings = pool_settings(load_settings(), args.kind, args.device)
+    settings = pool_settings(load_settings(), args.kind, args.device, args.build_workers)
     pool = pool_name(args.kind, args.device)
     names = suite.names(args.shape) if args.kind == "donor" else list(HELD_OUT)
     start = time.perf_counter()

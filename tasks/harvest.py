@@ -20,6 +20,7 @@ from calo import locks, paths, records
 from calo.baselines import train_on, xgb_model
 from calo.config import Workload
 from calo.devices import make_target, preload_tensor_intrinsics
+from calo.errors import reason
 from calo.log import Progress, get_logger
 from calo.measure import close_builder, make_builder, make_runner, measure, status_of
 from calo.workloads import create_mod, workload_key
@@ -84,15 +85,24 @@ def _harvest(settings: cfg.Settings, device_name: str, workload_names: list[str]
     keys = {name: workload_key(mod) for name, mod in mods.items()}
     todo = {w.name: plan(count, fraction, have.get(keys[w.name], 0),
                          have_evolved.get(keys[w.name], 0)) for w in workloads}
-    total = sum(sum(t.values()) for t in todo.values())
     summary = {"device": device_name, "measured": 0, "failed": 0,
                records.RANDOM: 0, records.EVOLVED: 0,
-               "existing": sum(min(have.get(k, 0), count) for k in keys.values())}
-    if total == 0:
+               "existing": sum(min(have.get(k, 0), count) for k in keys.values()), "skipped": {}}
+    if not any(sum(t.values()) for t in todo.values()):
         log.info(f"harvest {device_name}: every workload already has {count} records")
         return summary
     # Every search context needs TVM's tensor intrinsics: imported once, only when there is work.
     preload_tensor_intrinsics()
+    for name in [n for n, t in todo.items() if sum(t.values())]:
+        why = design_space_error(mods[name], target, name)
+        if why is not None:  # the rest of the workloads are still harvested
+            log.warning(f"harvest {device_name}: {name} skipped, TVM has no design space for "
+                        f"it on this target: {why}")
+            summary["skipped"][name] = why
+            todo[name] = dict.fromkeys(todo[name], 0)
+    total = sum(sum(t.values()) for t in todo.values())
+    if total == 0:
+        return summary
     builder, runner = make_builder(settings.harvest), make_runner(device, settings.harvest)
     progress = Progress(f"harvest {device_name}", total, "candidates")
     try:
@@ -107,6 +117,18 @@ def _harvest(settings: cfg.Settings, device_name: str, workload_names: list[str]
              f"{summary['evolved']} evolved), {summary['failed']} failed, "
              f"{summary['existing']} already stored")
     return summary
+
+
+def design_space_error(mod, target, name: str) -> str | None:
+    """Why TVM cannot generate a workload's design space on a target, or None. Its schedule
+    rules fail on some operators for some targets (attention on CUDA, for one)."""
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy="replay-trace", task_name=name)
+    try:
+        ctx.generate_design_space()
+    except Exception as err:  # TVM raises its own errors and Python's alike
+        return reason(err)
+    return None
 
 
 def _harvest_source(harvest: cfg.Harvest, wl: Workload, mod, source: str, need: int, db, store,

@@ -38,6 +38,16 @@ def test_cuda_candidates_are_thread_bound_and_build(cuda_params):
     assert build_and_export(cands[0].sch.mod, target).endswith(".tar")
 
 
+def test_a_workload_without_a_cuda_design_space_is_skipped_and_named(cuda_params):
+    from calo.tasks.harvest import harvest
+
+    # TVM's CUDA schedule rules fail on attention; nothing is built or measured for it.
+    summary = harvest(cuda_params, "gpu", ["sdp-attention"])
+    assert summary["measured"] == 0 and summary["failed"] == 0
+    assert list(summary["skipped"]) == ["sdp-attention"]
+    assert "out of bounds" in summary["skipped"]["sdp-attention"]
+
+
 @pytest.mark.skipif(not tvm.cuda(0).exist, reason="needs a CUDA GPU")
 def test_cuda_harvest_measures_on_the_gpu(cuda_params):
     from calo.tasks.harvest import harvest
