@@ -202,6 +202,7 @@ class Tune:
     max_trials: int
     trials_per_iter: int
     search: Evolution
+    calo_search: Evolution
     seed: int
     kappa_c: float
     kappa_offset: float

@@ -79,9 +79,9 @@ def _fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 
 
 def extract_tasks(program: RelaxProgram, target: tvm.target.Target, work_dir: Path,
-                  seed: int, num_threads: int, strategy: ms.search_strategy.SearchStrategy
-                  ) -> list[Task]:
-    """The network's tuning tasks. Those without arithmetic (reshapes, transposes, gathers)
+                  seed: int, num_threads: int) -> list[Task]:
+    """The network's tuning tasks; each tuning run searches a clone of their contexts with its
+    own strategy (`with_search`). Those without arithmetic (reshapes, transposes, gathers)
     have next to nothing to tune and each would still take a round of measurements: they keep
     their default schedules. A task whose design space cannot be generated is skipped too."""
     with _native_stderr_without(TVM_NOISE):
@@ -90,7 +90,7 @@ def extract_tasks(program: RelaxProgram, target: tvm.target.Target, work_dir: Pa
     arithmetic = [task for task, f in zip(extracted, flops) if f > 0]
     # One call for all of them: each call reconfigures Meta-Schedule's loggers.
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        arithmetic, str(work_dir), seed=seed, num_threads=num_threads, strategy=strategy)
+        arithmetic, str(work_dir), seed=seed, num_threads=num_threads)
     context_of = dict(zip([t.task_name for t in arithmetic], contexts))
     tasks = []
     for task, f in zip(extracted, flops):
@@ -102,6 +102,17 @@ def extract_tasks(program: RelaxProgram, target: tvm.target.Target, work_dir: Pa
                 context, why = None, reason(err)
         tasks.append(Task(task.task_name, float(task.weight), f, context, why))
     return tasks
+
+
+def with_search(tasks: list[Task], strategy: ms.search_strategy.SearchStrategy,
+                work_dir: Path) -> list[ms.TuneContext]:
+    """Fresh contexts of tuned tasks that search with `strategy` and log under work_dir/logs,
+    so that each tuning run has a search and logs of its own."""
+    loggers = ms.logging.get_loggers_from_work_dir(str(work_dir), [t.name for t in tasks])
+    return [ms.TuneContext(mod=c.mod, target=c.target, space_generator=c.space_generator,
+                           search_strategy=strategy, task_name=c.task_name, logger=logger,
+                           rand_state=c.rand_state, num_threads=c.num_threads).clone()
+            for c, logger in zip((t.context for t in tasks), loggers)]
 
 
 @contextlib.contextmanager

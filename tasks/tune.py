@@ -85,8 +85,10 @@ def quiet_tvm_logging() -> None:
     logger.setLevel(logging.WARNING)
 
 
-def evolutionary_search(search: cfg.Evolution) -> ms.search_strategy.EvolutionarySearch:
-    """The search strategy of a tuning run: TVM's evolutionary search at params.yaml's size."""
+def evolutionary_search(tune: cfg.Tune, cost_model) -> ms.search_strategy.EvolutionarySearch:
+    """The search strategy of a tuning run with `cost_model`: TVM's evolutionary search at
+    params.yaml's size, tune.calo_search for CALO's model and tune.search for any other."""
+    search = tune.calo_search if isinstance(cost_model, CaloCostModel) else tune.search
     return ms.search_strategy.EvolutionarySearch(population_size=search.population_size,
                                                  genetic_num_iters=search.genetic_num_iters)
 
@@ -106,7 +108,7 @@ def run_tuner(settings: cfg.Settings, device: str, workload: str, cost_model,
             str(work_dir), max_trials_global=settings.tune.max_trials,
             num_trials_per_iter=settings.tune.trials_per_iter, builder=builder,
             runner=make_runner(settings.device(device), settings.harvest),
-            cost_model=cost_model, strategy=evolutionary_search(settings.tune.search),
+            cost_model=cost_model, strategy=evolutionary_search(settings.tune, cost_model),
             seed=settings.tune.seed,
             num_tuning_cores=settings.harvest.build_workers,
             measure_callbacks=[*ms.MeasureCallback.create("default"), timeline],

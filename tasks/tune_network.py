@@ -32,7 +32,14 @@ from calo.errors import CaloError
 from calo.log import get_logger
 from calo.measure import close_builder, make_builder, make_runner
 from calo.networks import load_network
-from calo.relax_build import Task, compile_network, extract_tasks, import_network, run_networks
+from calo.relax_build import (
+    Task,
+    compile_network,
+    extract_tasks,
+    import_network,
+    run_networks,
+    with_search,
+)
 from calo.tasks.tune import Timeline, evolutionary_search, quiet_tvm_logging
 
 MODELS = ("calo", "xgb")
@@ -63,7 +70,7 @@ def _tune(settings: cfg.Settings, device: str, tuned: list[Task], cost_model, wo
     shutil.rmtree(work_dir, ignore_errors=True)
     work_dir.mkdir(parents=True)
     quiet_tvm_logging()
-    contexts = [t.context.clone() for t in tuned]
+    contexts = with_search(tuned, evolutionary_search(settings.tune, cost_model), work_dir)
     timeline = Timeline()
     builder = make_builder(settings.harvest)
     start = time.monotonic()
@@ -107,7 +114,7 @@ def tune_network(settings: cfg.Settings, device: str, network: str, trials: int 
     quiet_tvm_logging()
     program = import_network(load_network(network, batch, settings.tune.seed))
     tasks = extract_tasks(program, target, out / "extract", settings.tune.seed,
-                          settings.harvest.build_workers, evolutionary_search(settings.tune.search))
+                          settings.harvest.build_workers)
     tuned = [t for t in tasks if t.context is not None]
     log.info(f"tune-network {device}/{network}: {len(tasks)} tasks, {len(tuned)} tuned "
              f"({time.monotonic() - start:.1f} s to import and extract)")

@@ -57,7 +57,8 @@ def tiny_params() -> dict:
         row["epochs"] = min(row["epochs"], 8)
     params["tune"].update({"workloads": ["mm-64"], "max_trials": 8, "trials_per_iter": 4,
                            "update_steps": 3,
-                           "search": {"population_size": 64, "genetic_num_iters": 1}})
+                           "search": {"population_size": 64, "genetic_num_iters": 2},
+                           "calo_search": {"population_size": 64, "genetic_num_iters": 1}})
     params["networks"].update({"trials_per_iter": 4, "repeat": 5, "min_repeat_ms": 5})
     return params
 

@@ -9,7 +9,13 @@ from tvm.s_tir import meta_schedule as ms
 
 from calo import costmodel, paths
 from calo.records import iter_records
-from calo.tasks.tune import best_so_far, load_tuning_model, trials_to_quality, write_report
+from calo.tasks.tune import (
+    best_so_far,
+    evolutionary_search,
+    load_tuning_model,
+    trials_to_quality,
+    write_report,
+)
 from calo.workloads import create_mod
 from tests.conftest import TARGET
 
@@ -46,6 +52,14 @@ def test_tune_compares_both_models_on_the_same_budget(params, tuned):
     logged = {a.path for a in client.list_artifacts(runs[0].info.run_id)}
     assert {f"{TARGET}.json", f"{TARGET}-report.json", f"{TARGET}-curves.png",
             f"{TARGET}-curves.json"} <= logged
+
+
+def test_calo_searches_with_tune_calo_search_and_any_other_model_with_tune_search(
+        params, calibrated):
+    calo = evolutionary_search(params.tune, load_tuning_model(params, TARGET))
+    xgb = evolutionary_search(params.tune, "xgb")
+    assert (calo.population_size, calo.genetic_num_iters) == (64, 1)  # conftest's settings
+    assert (xgb.population_size, xgb.genetic_num_iters) == (64, 2)
 
 
 def test_quality_helpers():

@@ -30,6 +30,12 @@ def test_tune_network_through_the_cli_tunes_compiles_and_checks_all_three(promot
         assert [t[f"{model}_trials"] for t in tuned] == [4, 4]  # a round of 4 each
         assert report["curves"][model]  # once both tasks are measured: the tasks' latency
         assert len(list(iter_records(out / model))) >= 1  # a TVM database a user can apply
+    # Each run searched with its model's evolution and logged on its own: XGBoost's two
+    # genetic iterations, CALO's one (conftest's tune.search and tune.calo_search).
+    logs = {m: " ".join(f.read_text() for f in (out / m / "logs").glob("*.log"))
+            for m in ("calo", "xgb")}
+    assert "Evolve iter #1 done" in logs["xgb"] and "Evolve iter #0 done" in logs["calo"]
+    assert "Evolve iter #1 done" not in logs["calo"]
     for variant in ("untuned", "calo", "xgb"):
         assert (out / variant / "network.so").is_file()
         assert report["end_to_end_us"][variant] > 0
