@@ -33,6 +33,15 @@ first, reused by the others) and one --out merge into it, so the devices can run
     python benchmarks/offline_eval.py --donor-model /tmp/donor --devices cpu-host
     python benchmarks/offline_eval.py --donor-model /tmp/donor --devices cpu-generic-1core
 
+Transfer between devices: `--donor-pool` trains the donor on another device's pool (scored on
+the CPU held-out pools), `--held-out` scores on other pools (a GPU's, where a CPU donor never
+saw the device):
+
+    python benchmarks/offline_eval.py --donor-pool benchmarks/data/suite-cuda.tar.gz \
+        --warmups 0 8 32 --compare --out benchmarks/results/transfer_gpu_to_cpu.json
+    python benchmarks/offline_eval.py --held-out benchmarks/data/suite-cuda.tar.gz \
+        --warmups 0 8 --compare --out benchmarks/results/transfer_cpu_to_gpu.json
+
 `--fit` also ranks the donor's own training records, and its validation and test records (new
 candidates of the workloads it trained on), with the donor and with TVM's XGBModel trained on
 the same records (the report's `donor_fit`): how well each fits, and how well that carries over.
@@ -116,6 +125,11 @@ def with_overrides(settings: Settings, donor: str, overrides: list[str]) -> Sett
         key, _, value = item.partition("=")
         changes[key] = yaml.safe_load(value)
     return settings.override(changes)
+
+
+def pool_label(pool: Path) -> str:
+    """A held-out pool's name in the report: its file or directory name without .tar.gz."""
+    return pool.name.removesuffix(".tar.gz")
 
 
 def train_donor(settings: Settings, out: Path) -> dict:
@@ -261,6 +275,10 @@ def main() -> None:
                         help="held-out devices (default: both; cpu-host on the selection "
                              "splits, where another device scores the same workloads from its "
                              "pool)")
+    parser.add_argument("--held-out", type=Path, nargs="+", default=None, metavar="POOL",
+                        help="unseen-shape split: score on these pools instead (packed .tar.gz "
+                             "or store directories, any TVM database), e.g. another device's "
+                             "suite pool for transfer to that device")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a params.yaml value, e.g. train.rank_weight=0")
     parser.add_argument("--donor-pool", type=Path, default=POOLS["cpu-host"],
@@ -283,6 +301,7 @@ def main() -> None:
     args = parser.parse_args()
     donor_model = args.donor_model.resolve() if args.donor_model else None
     args.donor_pool = args.donor_pool.resolve()
+    args.held_out = args.held_out and [p.resolve() for p in args.held_out]
     args.out = args.out.resolve()
     args.baselines_from = args.baselines_from and args.baselines_from.resolve()
     log = get_logger()
@@ -324,7 +343,8 @@ def main() -> None:
     else:
         kept = records.subset_store(host, work / "data/records/donor",
                                     lambda n: suite.operator(n) not in UNSEEN_OPERATORS)
-        held_out = {d: HELD_OUT_POOLS[d] for d in args.devices or HELD_OUT_POOLS}
+        held_out = ({pool_label(p): p for p in args.held_out} if args.held_out
+                    else {d: HELD_OUT_POOLS[d] for d in args.devices or HELD_OUT_POOLS})
         runs = ([(n, "first") for n in args.warmups or (0, 8, 32, 96)]
                 + [(n, "uncertainty") for n in args.compare])
     log.info(f"offline eval ({args.split}): donor pool {kept} records")

@@ -348,7 +348,8 @@ def live_config(args, settings: Settings, device: str, model_source: str) -> dic
     """What a resumed run must share with the runs already saved."""
     return {"device": device, "device_settings": settings.raw["devices"][device],
             "budget": args.budget, "trials_per_iter": settings.tune.trials_per_iter,
-            "search": settings.raw["tune"]["search"], "model": model_source}
+            "search": settings.raw["tune"]["search"],
+            "calo_search": settings.raw["tune"]["calo_search"], "model": model_source}
 
 
 def saved_runs(path: Path, config: dict) -> dict[str, dict]:
