@@ -88,12 +88,13 @@ def _harvest(settings: cfg.Settings, device_name: str, workload_names: list[str]
     summary = {"device": device_name, "measured": 0, "failed": 0,
                records.RANDOM: 0, records.EVOLVED: 0,
                "existing": sum(min(have.get(k, 0), count) for k in keys.values()), "skipped": {}}
-    if not any(sum(t.values()) for t in todo.values()):
+    pending = [name for name, t in todo.items() if sum(t.values())]
+    if not pending:
         log.info(f"harvest {device_name}: every workload already has {count} records")
         return summary
     # Every search context needs TVM's tensor intrinsics: imported once, only when there is work.
     preload_tensor_intrinsics()
-    for name in [n for n, t in todo.items() if sum(t.values())]:
+    for name in pending:
         why = design_space_error(mods[name], target, name)
         if why is not None:  # the rest of the workloads are still harvested
             log.warning(f"harvest {device_name}: {name} skipped, TVM has no design space for "
