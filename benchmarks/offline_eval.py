@@ -42,6 +42,14 @@ saw the device):
     python benchmarks/offline_eval.py --held-out benchmarks/data/suite-cuda.tar.gz \
         --warmups 0 8 --compare --out benchmarks/results/transfer_cpu_to_gpu.json
 
+A device's model, as the pipeline makes it: `--device-records` scores, on a device other than
+the donor's, the donor fine-tuned and calibrated on that device's suite pool (the finetune and
+calibrate stages; the unseen operators left out) instead of the donor, and trains TVM's donor
+models on those records too (each device's records of a workload a group of their own):
+
+    python benchmarks/offline_eval.py --device-records --devices cpu-generic-1core \
+        --donor-model /tmp/donor --out benchmarks/results/offline_eval_device_records.json
+
 `--fit` also ranks the donor's own training records, and its validation and test records (new
 candidates of the workloads it trained on), with the donor and with TVM's XGBModel trained on
 the same records (the report's `donor_fit`): how well each fits, and how well that carries over.
@@ -58,6 +66,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -77,8 +86,10 @@ from calo.config import Settings, load_settings  # noqa: E402
 from calo.dataset import GraphSet  # noqa: E402
 from calo.evaluation import predictive, ranking  # noqa: E402
 from calo.log import get_logger  # noqa: E402
+from calo.tasks.calibrate import calibrate  # noqa: E402
 from calo.tasks.evaluate import BASELINES, evaluate_records, format_table  # noqa: E402
 from calo.tasks.extract import extract  # noqa: E402
+from calo.tasks.finetune import finetune  # noqa: E402
 from calo.tasks.pretrain import donor_splits, train_on_donor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -142,6 +153,28 @@ def train_donor(settings: Settings, out: Path) -> dict:
             "train_s": time.perf_counter() - start, **metrics}
 
 
+def device_model(settings: Settings, device: str, donor_dir: Path, pools: Path,
+                 keep: Path | None) -> tuple[Path, dict]:
+    """The device's model as the pipeline makes it: the donor fine-tuned on the device's suite
+    pool (without the unseen operators) by the finetune stage, then calibrated by the calibrate
+    stage. Saved to (and, run again, reused from) `keep` when given. Returns the model's
+    directory and what the stages reported."""
+    store = paths.records_dir(device)
+    kept = records.subset_store(unpack(POOLS[device], pools), store,
+                                lambda n: suite.operator(n) not in UNSEEN_OPERATORS)
+    if keep is not None and (keep / "model.json").is_file():
+        return keep, json.loads((keep / "device.json").read_text())
+    extract(settings, device)
+    shutil.copytree(donor_dir, paths.model_dir(settings.donor), dirs_exist_ok=True)
+    report = {"records": kept, "finetune": finetune(settings, device),
+              "calibrate": calibrate(settings, device)}
+    if keep is None:
+        return paths.calibrated_dir(device), report
+    shutil.copytree(paths.calibrated_dir(device), keep, dirs_exist_ok=True)
+    (keep / "device.json").write_text(json.dumps(report, default=float))
+    return keep, report
+
+
 def donor_fit(settings: Settings, model_dir: Path) -> dict:
     """How the donor and TVM's XGBModel, both trained on the donor's training records, rank
     each workload's candidates among those records (the fit) and among the validation and test
@@ -198,7 +231,8 @@ def verdict(result: dict) -> dict:
 def same_run(a: dict, b: dict) -> bool:
     """Two reports of one evaluation: split, settings, donor pool and the donor model itself
     (its validation NLL; its training time differs from run to run)."""
-    return (all(a.get(k) == b.get(k) for k in ("split", "settings", "donor_records"))
+    return (all(a.get(k) == b.get(k)
+                for k in ("split", "settings", "donor_records", "device_records"))
             and a.get("donor", {}).get("val_nll") == b.get("donor", {}).get("val_nll"))
 
 
@@ -290,6 +324,12 @@ def main() -> None:
     parser.add_argument("--tvm", action=argparse.BooleanOptionalAction, default=None,
                         help="train and score TVM's models too (default: on the unseen-shape "
                              "split, off on the selection split)")
+    parser.add_argument("--device-records", action="store_true",
+                        help="unseen-shape split: on a device other than the donor's, score "
+                             "the device's model instead of the donor (the donor fine-tuned and "
+                             "calibrated on the device's suite pool by the pipeline's stages, "
+                             "the unseen operators left out), and train TVM's donor models on "
+                             "those records too")
     parser.add_argument("--fit", action="store_true",
                         help="also rank the donor's own training records (and its validation "
                              "and test records) with the donor and with TVM's XGBModel trained "
@@ -349,7 +389,10 @@ def main() -> None:
                 + [(n, "uncertainty") for n in args.compare])
     log.info(f"offline eval ({args.split}): donor pool {kept} records")
 
+    if args.device_records and (args.split != "unseen-shape" or args.held_out):
+        parser.error("--device-records is for the unseen-shape split's own held-out pools")
     report: dict = {"split": args.split, "settings": args.set,
+                    "device_records": args.device_records,
                     "unseen_operators": list(UNSEEN_OPERATORS),
                     "donor_records": kept, "splits": {}, "headline": {}, "beats_tvm": {}}
     settings = with_overrides(base, "donor", args.set)
@@ -376,6 +419,14 @@ def main() -> None:
     earlier = baselines_of(args.baselines_from)
     for device, pool in held_out.items():
         store = pool if pool.is_dir() else unpack(pool, pools)
+        scored, donor_stores = model_dir, None
+        if args.device_records and device != "cpu-host":
+            keep = donor_model and donor_model.with_name(f"{donor_model.name}-{device}")
+            scored, report.setdefault("device_models", {})[device] = device_model(
+                settings, device, model_dir, pools, keep)
+            donor_stores = [paths.records_dir(settings.donor), paths.records_dir(device)]
+            log.info(f"offline eval: {device}'s model, fine-tuned on "
+                     f"{report['device_models'][device]['records']} of its suite records")
         for count, choose in runs:
             name = f"{device}@{count}" + ("-uncertainty" if choose == "uncertainty" else "")
             if name in finished:
@@ -386,11 +437,13 @@ def main() -> None:
             # one is about our model's warm-up, and selection runs choose our settings only.
             compare = choose == "first" and (args.tvm if args.tvm is not None
                                              else args.split == "unseen-shape")
-            result = evaluate_records(settings, str(model_dir), str(store),
+            result = evaluate_records(settings, str(scored), str(store),
                                       warmup_records=count, choose=choose,
-                                      baselines=compare and name not in earlier)
+                                      baselines=compare and name not in earlier,
+                                      donor_stores=donor_stores)
             result["wall_s"] = time.perf_counter() - start
-            result["records"], result["model"] = store.name, "donor"  # not temporary paths
+            result["records"] = store.name  # not temporary paths
+            result["model"] = "donor" if donor_stores is None else f"{device} model"
             if compare and name in earlier:
                 if not with_baselines(result, earlier[name]):
                     raise SystemExit(f"{args.baselines_from} has {name} on other records: "

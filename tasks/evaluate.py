@@ -25,7 +25,7 @@ import math
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -144,7 +144,7 @@ BASELINES = {"xgb": _xgb, "mlp": _mlp}
 
 
 def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
-               donor_groups: list[list[Record]]) -> tuple[dict, dict]:
+               donor: list[list[Record]]) -> tuple[dict, dict]:
     """TVM's cost models on the warm-up records alone and on donor + warm-up records.
 
     Returns the trained models and, for those that could not be trained, why.
@@ -152,7 +152,7 @@ def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
     log = get_logger()
     trained, not_run = {}, {}
     for kind, train in BASELINES.items():
-        for name, groups in ((kind, warm_groups), (f"{kind}_donor", donor_groups + warm_groups)):
+        for name, groups in ((kind, warm_groups), (f"{kind}_donor", donor + warm_groups)):
             groups = [g for g in groups if g]
             count, start = sum(map(len, groups)), time.perf_counter()
             try:
@@ -190,11 +190,25 @@ def summarize(per_workload: dict[str, dict], pooled: dict | None) -> dict:
     return overall
 
 
+def donor_groups(stores: Sequence[Path]) -> list[list[Record]]:
+    """The measured records of `stores`, one group per workload and store: a workload's
+    records of two devices are two rankings, not one."""
+    groups: dict[tuple[int, str], list[Record]] = defaultdict(list)
+    for i, store in enumerate(stores):
+        if store.is_dir():
+            for rec in iter_records(store):
+                if rec.latency is not None:
+                    groups[i, rec.workload_key].append(rec)
+    return list(groups.values())
+
+
 def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
                      warmup_fraction: float = 0.0, warmup_records: int | None = None,
-                     choose: str = "first", baselines: bool = True) -> dict:
+                     choose: str = "first", baselines: bool = True,
+                     donor_stores: Sequence[Path] | None = None) -> dict:
     """Score our model and TVM's (unless not `baselines`) on the held-out records of every
-    workload in a store."""
+    workload in a store. TVM's `_donor` models train on the records of `donor_stores` (default:
+    the donor's) beside the warm-up: the records our model saw."""
     log = get_logger()
     if not 0 <= warmup_fraction < 1:
         raise CaloError(f"--warmup-fraction must be in [0, 1), got {warmup_fraction}")
@@ -226,15 +240,10 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
                                 stores or settings.finetune.corrects)
         trained, finetune = fine_tuned(trained, settings, warm_graphs, warm)
         stores = trained.needs_stores
-    donor_store = paths.records_dir(settings.donor)
-    donor = ([r for r in iter_records(donor_store) if r.latency is not None]
-             if donor_store.is_dir() else [])
-    donor_groups = defaultdict(list)
-    for rec in donor:
-        donor_groups[rec.workload_key].append(rec)
+    donor = donor_groups(donor_stores if donor_stores is not None
+                         else [paths.records_dir(settings.donor)])
     warm_groups = [w for w, _ in splits.values()]
-    baselines, not_run = (_baselines(settings, warm_groups, list(donor_groups.values()))
-                          if baselines else ({}, {}))
+    baselines, not_run = (_baselines(settings, warm_groups, donor) if baselines else ({}, {}))
 
     # Counted from here: the baselines' training above is not graph extraction.
     progress = Progress("evaluate: held-out graphs", sum(map(len, held.values())), "records")
@@ -246,7 +255,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         "model": label, "temperature": trained.temperature, "records": records_dir,
         "warmup_fraction": warmup_fraction, "warmup_per_workload": warmup_records,
         "warmup_choice": choose, "warmup_records": len(warm), **finetune,
-        "held_out_records": sum(map(len, held.values())), "donor_records": len(donor),
+        "held_out_records": sum(map(len, held.values())), "donor_records": sum(map(len, donor)),
         "overall": {m: summarize(pw, pooled if m == "calo" else None)
                     for m, pw in per_workload.items() if pw},
         "by_source": {source: {m: summarize(pw, None) for m, pw in table.items() if pw}

@@ -10,6 +10,8 @@ from calo import paths
 from calo.artifact import TrainedModel
 from calo.cli import main
 from calo.graphs import graph_set
+from calo.records import target_key
+from calo.tasks.evaluate import donor_groups
 from tests.conftest import DONOR, TARGET
 
 MODELS = {"calo", "xgb", "xgb_donor"}
@@ -136,3 +138,18 @@ def test_a_fine_tune_tells_a_new_device_from_the_donors_own(params, pretrained):
         report = evaluate_records(params, model, str(paths.records_dir(device)),
                                   warmup_records=3, baselines=False)
         assert report["same_device"] is same, device
+
+
+def test_tvms_donor_models_keep_a_workloads_records_of_two_devices_apart(params, harvested):
+    # XGBModel normalizes throughput within a group: one device's records must not rank
+    # against another's, even of the same workload.
+    stores = [paths.records_dir(DONOR), paths.records_dir(TARGET)]
+    alone = [donor_groups([store]) for store in stores]
+    shared = ({g[0].workload_key for g in alone[0]} & {g[0].workload_key for g in alone[1]})
+    assert shared  # the same workload measured on both devices
+    groups = donor_groups(stores)
+    assert len(groups) == len(alone[0]) + len(alone[1])
+    for group in groups:
+        assert len({target_key(r.record.target) for r in group}) == 1
+        assert len({r.workload_key for r in group}) == 1
+    assert sum(map(len, groups)) == sum(len(g) for a in alone for g in a)
