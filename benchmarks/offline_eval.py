@@ -162,7 +162,7 @@ def device_model(settings: Settings, device: str, donor_dir: Path, pools: Path,
     store = paths.records_dir(device)
     kept = records.subset_store(unpack(POOLS[device], pools), store,
                                 lambda n: suite.operator(n) not in UNSEEN_OPERATORS)
-    if keep is not None and (keep / "model.json").is_file():
+    if keep is not None and (keep / "device.json").is_file():  # written last: complete
         return keep, json.loads((keep / "device.json").read_text())
     extract(settings, device)
     shutil.copytree(donor_dir, paths.model_dir(settings.donor), dirs_exist_ok=True)
@@ -339,6 +339,8 @@ def main() -> None:
                              "same donor, warm-up and held-out records, instead of training "
                              "them again (they do not depend on our settings)")
     args = parser.parse_args()
+    if args.device_records and (args.split != "unseen-shape" or args.held_out):
+        parser.error("--device-records is for the unseen-shape split's own held-out pools")
     donor_model = args.donor_model.resolve() if args.donor_model else None
     args.donor_pool = args.donor_pool.resolve()
     args.held_out = args.held_out and [p.resolve() for p in args.held_out]
@@ -389,8 +391,6 @@ def main() -> None:
                 + [(n, "uncertainty") for n in args.compare])
     log.info(f"offline eval ({args.split}): donor pool {kept} records")
 
-    if args.device_records and (args.split != "unseen-shape" or args.held_out):
-        parser.error("--device-records is for the unseen-shape split's own held-out pools")
     report: dict = {"split": args.split, "settings": args.set,
                     "device_records": args.device_records,
                     "unseen_operators": list(UNSEEN_OPERATORS),
