@@ -42,7 +42,7 @@ from calo.evaluation import calibration, checked_temperature, predictive, rankin
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
 from calo.models.training import predict
-from calo.records import EVOLVED, RANDOM, Record, iter_records, target_key
+from calo.records import APPEND_ONLY, EVOLVED, RANDOM, RECORD_FILE, Record, iter_records, target_key
 from calo.tasks.finetune import adapt
 
 RANKING = ("kendall_tau", "top1", "top5", "regret")
@@ -195,11 +195,26 @@ def donor_groups(stores: Sequence[Path]) -> list[list[Record]]:
     records of two devices are two rankings, not one."""
     groups: dict[tuple[int, str], list[Record]] = defaultdict(list)
     for i, store in enumerate(stores):
-        if store.is_dir():
-            for rec in iter_records(store):
-                if rec.latency is not None:
-                    groups[i, rec.workload_key].append(rec)
+        for rec in _measured(store):
+            groups[i, rec.workload_key].append(rec)
     return list(groups.values())
+
+
+_MEASURED: dict[str, tuple[tuple, list[Record]]] = {}
+
+
+def _measured(store: Path) -> list[Record]:
+    """A store's measured records, parsed once per state of its files: an evaluation
+    at several warm-up sizes asks for the same donor stores at each, and building TVM's
+    records of a large one takes minutes."""
+    if not (store / RECORD_FILE).is_file():
+        return []
+    files = [store / name for name in APPEND_ONLY if (store / name).is_file()]
+    path = str(store.resolve())
+    state = tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if _MEASURED.get(path, (None,))[0] != state:
+        _MEASURED[path] = state, [r for r in iter_records(store) if r.latency is not None]
+    return _MEASURED[path][1]
 
 
 def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,

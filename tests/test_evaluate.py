@@ -1,6 +1,7 @@
 """`calo evaluate`: our model beside TVM's cost models on held-out records of any TVM database."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ from calo import paths
 from calo.artifact import TrainedModel
 from calo.cli import main
 from calo.graphs import graph_set
-from calo.records import target_key
+from calo.records import RECORD_FILE, target_key
 from calo.tasks.evaluate import donor_groups
 from tests.conftest import DONOR, TARGET
 
@@ -153,3 +154,17 @@ def test_tvms_donor_models_keep_a_workloads_records_of_two_devices_apart(params,
         assert len({target_key(r.record.target) for r in group}) == 1
         assert len({r.workload_key for r in group}) == 1
     assert sum(map(len, groups)) == sum(len(g) for a in alone for g in a)
+
+
+def test_a_donor_store_is_parsed_once_until_it_changes(params, harvested, tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(paths.records_dir(TARGET), store)
+    first = donor_groups([store])
+    again = donor_groups([store])
+    one = first[0][0]
+    assert again[0][0] is one   # not parsed again
+    records = store / RECORD_FILE
+    with records.open("a") as f:
+        f.write(records.read_text().splitlines(keepends=True)[one.index])
+    grown = donor_groups([store])
+    assert sum(map(len, grown)) == sum(map(len, first)) + 1
