@@ -209,9 +209,9 @@ def _measured(store: Path) -> list[Record]:
     records of a large one takes minutes."""
     if not (store / RECORD_FILE).is_file():
         return []
-    files = [store / name for name in APPEND_ONLY if (store / name).is_file()]
+    stats = [(store / name).stat() for name in APPEND_ONLY if (store / name).is_file()]
     path = str(store.resolve())
-    state = tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    state = tuple((s.st_size, s.st_mtime_ns) for s in stats)
     if _MEASURED.get(path, (None,))[0] != state:
         _MEASURED[path] = state, [r for r in iter_records(store) if r.latency is not None]
     return _MEASURED[path][1]
