@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from calo import locks, paths
+from calo import interrupt, locks, paths
 from calo.config import Settings, load_settings
 from calo.errors import CaloError
 
@@ -488,6 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     except CaloError as err:
         print(f"calo: error: {err}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, RuntimeError) as err:
+        # TVM turns a Ctrl-C inside its calls into a RuntimeError: the same interrupt.
+        if isinstance(err, RuntimeError) and not interrupt.requested():
+            raise
+        print("calo: interrupted; what was stored so far is kept", file=sys.stderr)
+        return 130
     if args.command not in _NO_RESULT_JSON:
         print(json.dumps(result, indent=1, default=str))
     command = f"{args.command} {args.action}" if args.command == "device" else args.command

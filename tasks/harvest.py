@@ -7,8 +7,9 @@ records so far (coverage of the fast region). Each record's source is stored wit
 Harvesting tops up: each workload gets measured until the device's store holds
 `candidates_per_workload` records of it (the evolved share of them from the search), so a second
 run measures nothing and an interrupted run continues where it stopped. Every result is stored
-as soon as it exists, so a killed harvest loses only the candidate being measured. Build errors,
-run errors and timeouts are stored as failed records with their kind (never used as labels).
+as soon as it exists, so a killed harvest loses only the candidate being measured; Ctrl-C stops
+it after the batch in flight (calo.interrupt). Build errors, run errors and timeouts are stored
+as failed records with their kind (never used as labels).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from calo.baselines import train_on, xgb_model
 from calo.config import Workload
 from calo.devices import make_target, preload_tensor_intrinsics
 from calo.errors import reason
+from calo.interrupt import StopRequest, stop_on_interrupt
 from calo.log import Progress, get_logger
 from calo.measure import close_builder, make_builder, make_runner, measure, status_of
 from calo.workloads import create_mod, workload_key
@@ -106,14 +108,18 @@ def _harvest(settings: cfg.Settings, device_name: str, workload_names: list[str]
         return summary
     builder, runner = make_builder(settings.harvest), make_runner(device, settings.harvest)
     progress = Progress(f"harvest {device_name}", total, "candidates")
-    try:
-        for wl in workloads:
-            for source, need in todo[wl.name].items():
-                if need:
-                    _harvest_source(settings.harvest, wl, mods[wl.name], source, need, db, store,
-                                    target, builder, runner, summary, progress)
-    finally:
-        close_builder(builder)
+    with stop_on_interrupt(f"harvest {device_name}") as stop:
+        try:
+            for wl in workloads:
+                for source, need in todo[wl.name].items():
+                    if need and not stop.requested:
+                        _harvest_source(settings.harvest, wl, mods[wl.name], source, need, db,
+                                        store, target, builder, runner, summary, progress, stop)
+        finally:
+            close_builder(builder)
+    if stop.requested:
+        summary["interrupted"] = True
+        log.warning(f"harvest {device_name}: interrupted; run it again to continue")
     log.info(f"harvest {device_name}: {summary['measured']} measured ({summary['random']} random, "
              f"{summary['evolved']} evolved), {summary['failed']} failed, "
              f"{summary['existing']} already stored")
@@ -133,7 +139,8 @@ def design_space_error(mod, target, name: str) -> str | None:
 
 
 def _harvest_source(harvest: cfg.Harvest, wl: Workload, mod, source: str, need: int, db, store,
-                    target, builder, runner, summary: dict, progress: Progress) -> None:
+                    target, builder, runner, summary: dict, progress: Progress,
+                    stop: StopRequest) -> None:
     key = workload_key(mod)
     records.save_name(store, key, wl.name)
     strategy, model = _search(harvest, source)
@@ -150,13 +157,16 @@ def _harvest_source(harvest: cfg.Harvest, wl: Workload, mod, source: str, need: 
     ctx.pre_tuning(max_trials=need * OVERSAMPLE, num_trials_per_iter=harvest.batch_size,
                    design_spaces=ctx.generate_design_space(), database=db, cost_model=model)
     seen, done, dry = records.candidate_ids(store, key), 0, 0
-    while done < need and dry < DRY_BATCHES and (batch := ctx.generate_measure_candidates()):
+    while (done < need and dry < DRY_BATCHES and not stop.requested
+           and (batch := ctx.generate_measure_candidates())):
         batch = _fresh(batch, key, seen)[: need - done]
         dry = 0 if batch else dry + 1
         if not batch:
             continue
 
         def commit(i: int, res: ms.runner.RunnerResult, batch=batch) -> None:
+            if res.error_msg is not None and stop.requested:
+                return  # likely the Ctrl-C itself, which reaches the workers too
             # Stored the moment it exists: a kill loses only the measurement in flight.
             secs = res.run_secs if res.error_msg is None else [records.FAILED_SECS]
             trace = batch[i].sch.trace
@@ -165,16 +175,18 @@ def _harvest_source(harvest: cfg.Harvest, wl: Workload, mod, source: str, need: 
             records.append_meta(store, key, trace, source, status_of(res.error_msg),
                                 res.error_msg, records.spread_of(record))
             summary["failed"] += res.error_msg is not None
+            summary["measured"] += 1
+            summary[source] += 1
 
         results = measure(builder, runner, target, batch, commit)
+        if stop.requested:
+            break
         ctx.notify_runner_results(batch, results)
         if model is not None:
             model.update(ctx, batch, results)
         done += len(batch)
-        summary["measured"] += len(batch)
-        summary[source] += len(batch)
         progress.advance(len(batch), note=f"{wl.name} ({source}), {summary['failed']} failed")
-    if done < need:
+    if done < need and not stop.requested:
         get_logger().info(f"harvest: {wl.name} has no more distinct {source} candidates "
                           f"({done} of {need} found)")
         progress.advance(need - done, note="design space exhausted")

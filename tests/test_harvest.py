@@ -3,7 +3,15 @@ import json
 from tvm.s_tir import meta_schedule as ms
 
 from calo import paths
-from calo.records import EVOLVED, RANDOM, RECORD_FILE, candidate_id, count_by_workload, iter_records
+from calo.records import (
+    EVOLVED,
+    META_FILE,
+    RANDOM,
+    RECORD_FILE,
+    candidate_id,
+    count_by_workload,
+    iter_records,
+)
 from tests.conftest import DONOR, TARGET
 
 
@@ -90,3 +98,55 @@ def test_kill_9_mid_harvest_loses_nothing_and_resumes(params, workdir):
     recs = list(iter_records(paths.records_dir(KILLED)))
     assert len(recs) == 20
     assert len({candidate_id(r.workload_key, r.record.trace) for r in recs}) == 20
+
+
+def test_ctrl_c_stops_a_harvest_after_its_batch_and_stores_no_false_failures(params, workdir,
+                                                                               tmp_path):
+    """A terminal's Ctrl-C reaches the harvest and its build and run workers alike: the harvest
+    ends after the batch in flight with one line and exit code 0, stores no failure the interrupt
+    caused, and the same harvest run again continues where it stopped."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from calo.config import load_settings
+    from calo.tasks.harvest import harvest
+    from tests.conftest import KILLED
+
+    device, want = "cpu-interrupted", 20
+    raw = yaml.safe_load(params.path.read_text())
+    raw["devices"][device] = {**raw["devices"][KILLED], "candidates_per_workload": want}
+    own = tmp_path / "params.yaml"
+    own.write_text(yaml.safe_dump(raw, sort_keys=False))
+    store = paths.records_dir(device)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calo.cli", "--params", str(own), "harvest", "--device", device,
+         "--workload", "mm-64"],
+        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # its own process group, as a terminal's foreground job
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (store / RECORD_FILE).is_file() and len((store / RECORD_FILE).read_text()
+                                                    .splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the harvest ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    assert "stopping after this batch" in err and "interrupted; run it again" in err
+    assert "Traceback" not in err
+
+    kept = (store / RECORD_FILE).read_text().splitlines()
+    assert 3 <= len(kept) < want
+    statuses = [json.loads(line)["status"] for line in
+                (store / META_FILE).read_text().splitlines()]
+    assert statuses == ["ok"] * len(kept)
+
+    resumed = harvest(load_settings(own), device, ["mm-64"])
+    assert resumed["existing"] == len(kept) and resumed["measured"] == want - len(kept)
+    assert "interrupted" not in resumed
