@@ -34,6 +34,8 @@ def _run(curve, seconds, wall):
 def test_wall_clock_ttq_is_the_time_the_reaching_result_came_in_or_the_whole_run():
     assert wall_ttq(_run([3.0, 1.04, 1.0], [5.0, 9.0, 12.0], 15.0), oracle=1.0) == 9.0
     assert wall_ttq(_run([3.0, 2.0], [5.0, 9.0], 15.0), oracle=1.0) == 15.0  # censored
+    assert wall_ttq(_run([3.0, 2.0], [5.0, 9.0], 15.0), oracle=1.0, censored_at=40.0) == 40.0
+    assert wall_ttq(_run([3.0, 1.0], [5.0, 9.0], 15.0), oracle=1.0, censored_at=40.0) == 9.0
 
 
 def test_a_live_report_scores_only_workloads_whose_runs_are_all_in():
@@ -45,6 +47,18 @@ def test_a_live_report_scores_only_workloads_whose_runs_are_all_in():
     assert report["ttq_trials"]["geomean_ratio_vs_xgb"] == 0.5
     assert report["ttq_seconds"]["geomean_ratio_vs_xgb"] == 3.0 / 8.0
     assert report["tuning_seconds_ratio_calo_vs_xgb"] == 0.7
+
+
+def test_a_run_that_stops_sooner_without_reaching_quality_gains_nothing_by_even_censoring():
+    """CALO's run ends early at a worse kernel; XGBoost's runs, longer, reach the best. Counted
+    at its own length CALO looks faster; counted at the workload's longest run it does not."""
+    runs = {f"w {m} 0": _run([2.0, 1.0], [4.0, 20.0], 20.0) for m in MAIN}
+    runs["w calo 0"] = _run([2.0, 1.5], [3.0, 6.0], 6.0)
+    report = live_report(runs, ["w"], seeds=1, budget=2, device="d", model_source="m")
+    assert report["ttq_seconds"]["geomean_ratio_vs_xgb"] == 6.0 / 20.0
+    assert report["ttq_seconds_even_censoring"]["geomean_ratio_vs_xgb"] == 1.0
+    assert report["ttq_seconds_even_censoring"]["calo_faster_than_xgb"] == 0
+    assert report["reached_quality"]["w"] == {"calo": 0, "xgb": 1, MAIN[2]: 1}
 
 
 def test_saved_live_runs_resume_only_under_the_same_configuration(tmp_path):
