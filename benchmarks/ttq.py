@@ -49,6 +49,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from calo.devices import preload_tensor_intrinsics
@@ -225,7 +226,9 @@ def welch_p(a: list[int], b: list[int]) -> float:
     a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a_.std() + b_.std() == 0:  # no spread on either side: the test is undefined
         return 1.0 if a_.mean() == b_.mean() else 0.0
-    return float(stats.ttest_ind(a_, b_, equal_var=False).pvalue)
+    with warnings.catch_warnings():  # near-equal samples: scipy warns, the p-value is still fine
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(a_, b_, equal_var=False).pvalue)
 
 
 def summarize(ttqs: dict[str, dict[str, list[int]]], baseline: str = "xgb") -> dict:
