@@ -90,7 +90,7 @@ from calo.tasks.calibrate import calibrate  # noqa: E402
 from calo.tasks.evaluate import BASELINES, evaluate_records, format_table  # noqa: E402
 from calo.tasks.extract import extract  # noqa: E402
 from calo.tasks.finetune import finetune  # noqa: E402
-from calo.tasks.pretrain import donor_splits, train_on_donor  # noqa: E402
+from calo.tasks.pretrain import donor_splits, log_epoch, train_on_donor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data"
@@ -147,7 +147,8 @@ def train_donor(settings: Settings, out: Path) -> dict:
     """Train and calibrate a donor model on settings.donor's extracted store; save it to out."""
     train, val, test, calibration = donor_splits(settings)
     start = time.perf_counter()
-    trained, metrics = train_on_donor(settings, train, val, test, calibration)
+    trained, metrics = train_on_donor(settings, train, val, test, calibration,
+                                      log_epoch("offline eval: donor", settings.train.max_epochs))
     trained.save(out)
     return {"train_graphs": len(train), "val_graphs": len(val),
             "train_s": time.perf_counter() - start, **metrics}
