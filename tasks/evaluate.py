@@ -345,16 +345,19 @@ def format_table(report: dict) -> str:
            else f"fraction {report['warmup_fraction']}")
     lines = [f"{report['model']} on {report['records']}: {report['held_out_records']} held-out "
              f"records, {report['warmup_records']} warm-up ({how})"]
-    head = f"{'workload':<24}{'model':<11}" + "".join(f"{c:>12}" for c in cols)
-    lines.append(head)
     rows = [(w, m, v) for w, ms_ in sorted(report["per_workload"].items()) for m, v in ms_.items()]
     rows += [("overall", m, v) for m, v in report["overall"].items()]
     rows += [(f"overall {source}", m, v) for source, table in report["by_source"].items()
              for m, v in table.items()]
+    # as wide as the longest name: held-out workloads carry their shape in it
+    wide = max(len(w) for w, _, _ in rows) + 2
+    model_wide = max(len("model"), *(len(m) for _, m, _ in rows)) + 2
+    lines.append(f"{'workload':<{wide}}{'model':<{model_wide}}"
+                 + "".join(f"{c:>12}" for c in cols))
     for workload, model, values in rows:
         cells = "".join(f"{'-' if values.get(c) is None else format(values[c], '.3f'):>12}"
                         for c in cols)
-        lines.append(f"{workload:<24}{model:<11}{cells}")
+        lines.append(f"{workload:<{wide}}{model:<{model_wide}}{cells}")
     for model, why in report["not_run"].items():
         lines.append(f"{model}: not run: {why}")
     return "\n".join(lines)

@@ -168,3 +168,21 @@ def test_a_donor_store_is_parsed_once_until_it_changes(params, harvested, tmp_pa
         f.write(records.read_text().splitlines(keepends=True)[one.index])
     grown = donor_groups([store])
     assert sum(map(len, grown)) == sum(map(len, first)) + 1
+
+
+def test_the_table_keeps_its_columns_when_a_workload_name_is_long():
+    from calo.tasks.evaluate import format_table
+
+    cells = {"kendall_tau": 0.5, "top1": 1.0}
+    report = {"model": "donor", "records": "pool", "held_out_records": 3, "warmup_records": 0,
+              "warmup_per_workload": 0, "warmup_choice": "first", "not_run": {},
+              "per_workload": {"batch-matmul@6x96x160x96": {"calo": cells, "xgb_donor": cells},
+                               "mm": {"calo": cells}},
+              "overall": {"calo": cells}, "by_source": {}}
+    head, *rows = format_table(report).splitlines()[1:]
+    assert [row.split()[:2] for row in rows] == [
+        ["batch-matmul@6x96x160x96", "calo"], ["batch-matmul@6x96x160x96", "xgb_donor"],
+        ["mm", "calo"], ["overall", "calo"]]
+    for row in rows:  # each model name and each figure sits under its heading
+        assert row.index(row.split()[1]) == head.index("model")
+        assert row.index("0.500") + len("0.500") == head.index("kendall_tau") + len("kendall_tau")
