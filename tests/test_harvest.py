@@ -68,7 +68,6 @@ def test_kill_9_mid_harvest_loses_nothing_and_resumes(params, workdir):
     import signal
     import subprocess
     import sys
-    import time
 
     from calo.tasks.harvest import harvest
     from tests.conftest import KILLED
@@ -78,12 +77,7 @@ def test_kill_9_mid_harvest_loses_nothing_and_resumes(params, workdir):
               f"harvest(load_settings({str(params.path)!r}), {KILLED!r}, ['mm-64'])")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=workdir,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if store.is_file() and len(store.read_text().splitlines()) >= 5:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the harvest ended before it could be killed"
+    _wait_for_lines(proc, store, 5)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     survived = store.read_text().splitlines()
@@ -109,7 +103,6 @@ def test_ctrl_c_stops_a_harvest_after_its_batch_and_stores_no_false_failures(par
     import signal
     import subprocess
     import sys
-    import time
 
     import yaml
 
@@ -123,20 +116,17 @@ def test_ctrl_c_stops_a_harvest_after_its_batch_and_stores_no_false_failures(par
     own = tmp_path / "params.yaml"
     own.write_text(yaml.safe_dump(raw, sort_keys=False))
     store = paths.records_dir(device)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "calo.cli", "--params", str(own), "harvest", "--device", device,
-         "--workload", "mm-64"],
-        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)  # its own process group, as a terminal's foreground job
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (store / RECORD_FILE).is_file() and len((store / RECORD_FILE).read_text()
-                                                    .splitlines()) >= 3:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the harvest ended before it could be interrupted"
+    log = tmp_path / "stderr.log"  # a file, not a pipe nobody drains while it runs
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "calo.cli", "--params", str(own), "harvest", "--device",
+             device, "--workload", "mm-64"],
+            cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr,
+            start_new_session=True)  # its own process group, as a terminal's foreground job
+    _wait_for_lines(proc, store / RECORD_FILE, 3)
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=240)
+    proc.wait(timeout=240)
+    err = log.read_text()
     assert proc.returncode == 0, err[-3000:]
     assert "stopping after this batch" in err and "interrupted; run it again" in err
     assert "Traceback" not in err
@@ -150,3 +140,15 @@ def test_ctrl_c_stops_a_harvest_after_its_batch_and_stores_no_false_failures(par
     resumed = harvest(load_settings(own), device, ["mm-64"])
     assert resumed["existing"] == len(kept) and resumed["measured"] == want - len(kept)
     assert "interrupted" not in resumed
+
+
+def _wait_for_lines(proc, path, lines: int, timeout_s: float = 240) -> None:
+    """Until the running process has written `lines` lines to path; fails if it ended first."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.is_file() and len(path.read_text().splitlines()) >= lines:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the harvest ended before it could be stopped"
