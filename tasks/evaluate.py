@@ -350,8 +350,8 @@ def format_table(report: dict) -> str:
     rows += [(f"overall {source}", m, v) for source, table in report["by_source"].items()
              for m, v in table.items()]
     # as wide as the longest name: held-out workloads carry their shape in it
-    wide = max(len(w) for w, _, _ in rows) + 2
-    model_wide = max(len("model"), *(len(m) for _, m, _ in rows)) + 2
+    wide = max([len("workload"), *(len(w) for w, _, _ in rows)]) + 2
+    model_wide = max([len("model"), *(len(m) for _, m, _ in rows)]) + 2
     lines.append(f"{'workload':<{wide}}{'model':<{model_wide}}"
                  + "".join(f"{c:>12}" for c in cols))
     for workload, model, values in rows:
