@@ -83,7 +83,8 @@ def by_workload(recs: list[Record]) -> dict[str, list[Record]]:
 
 
 def choose_by_uncertainty(trained: TrainedModel, recs: list[Record], count: int,
-                          progress: Callable[[], None] = lambda: None
+                          progress: Callable[[], None] = lambda: None,
+                          graphs_of: Callable[..., GraphSet] | None = None
                           ) -> dict[str, tuple[list, list]]:
     """(warm-up, held-out) records of each workload, the warm-up chosen by the model: its random
     samples split into `count` bands of predicted latency, and in each band the one with the
@@ -91,8 +92,9 @@ def choose_by_uncertainty(trained: TrainedModel, recs: list[Record], count: int,
     out = {}
     for name, group in by_workload(recs).items():
         pool = [i for i, r in enumerate(group) if r.source == RANDOM] or list(range(len(group)))
-        graphs = graph_set(trained.graph_kind, [group[i] for i in pool], progress,
-                           trained.reads_stores)
+        chosen_from = [group[i] for i in pool]
+        graphs = (graphs_of(chosen_from, progress) if graphs_of is not None else
+                  graph_set(trained.graph_kind, chosen_from, progress, trained.reads_stores))
         d = predict(trained.net, graphs.graphs)
         mu, var = d.gamma.numpy(), d.epistemic_var.numpy()
         chosen = []
@@ -201,6 +203,36 @@ def donor_groups(stores: Sequence[Path]) -> list[list[Record]]:
 
 
 _MEASURED: dict[str, tuple[tuple, list[Record]]] = {}
+_GRAPHS: dict[tuple, dict[int, object]] = {}  # (store, its state, kind, stores) -> index -> graph
+_GRAPH_STORES = 2  # stores whose graphs are kept: the held-out store and one before it
+
+
+def _state(store: Path) -> tuple:
+    """Sizes and times of a store's files: changes whenever a record is appended."""
+    return tuple((s.st_size, s.st_mtime_ns) for s in (
+        (store / name).stat() for name in APPEND_ONLY if (store / name).is_file()))
+
+
+def store_graphs(store: Path, kind: str, stores: bool) -> Callable[..., GraphSet]:
+    """graph_set for records of `store`, each record's graph extracted once per state of the
+    store: an evaluation at several warm-up sizes scores the same records at each, and
+    extracting them is most of its time."""
+    key = (str(store.resolve()), _state(store), kind, stores)
+    if key not in _GRAPHS:
+        for old in list(_GRAPHS)[:max(len(_GRAPHS) - _GRAPH_STORES + 1, 0)]:
+            del _GRAPHS[old]
+    cache = _GRAPHS.setdefault(key, {})
+
+    def graphs_of(recs: list[Record], on_graph: Callable[[], None] = lambda: None) -> GraphSet:
+        missing = [r for r in recs if r.index not in cache]
+        cache.update(zip((r.index for r in missing),
+                         graph_set(kind, missing, on_graph, stores).graphs))
+        for _ in range(len(recs) - len(missing)):
+            on_graph()
+        return GraphSet([cache[r.index] for r in recs], [r.workload_name for r in recs],
+                        [r.index for r in recs], kind)
+
+    return graphs_of
 
 
 def _measured(store: Path) -> list[Record]:
@@ -209,9 +241,7 @@ def _measured(store: Path) -> list[Record]:
     records of a large one takes minutes."""
     if not (store / RECORD_FILE).is_file():
         return []
-    stats = [(store / name).stat() for name in APPEND_ONLY if (store / name).is_file()]
-    path = str(store.resolve())
-    state = tuple((s.st_size, s.st_mtime_ns) for s in stats)
+    path, state = str(store.resolve()), _state(store)
     if _MEASURED.get(path, (None,))[0] != state:
         _MEASURED[path] = state, [r for r in iter_records(store) if r.latency is not None]
     return _MEASURED[path][1]
@@ -231,7 +261,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         raise CaloError(f"--warmup must be >= 0 records, got {warmup_records}")
     if choose not in CHOICES:
         raise CaloError(f"--choose must be one of {', '.join(CHOICES)}, got {choose!r}")
-    recs = [r for r in iter_records(Path(records_dir)) if r.latency is not None]
+    recs = _measured(Path(records_dir))
     if not recs:
         raise CaloError(f"no successful measurements in {records_dir}")
     trained, label = load_model_spec(settings, model_spec)
@@ -239,7 +269,8 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     if choose == "uncertainty" and warmup_records:
         splits = choose_by_uncertainty(trained, recs, warmup_records,
                                        Progress("evaluate: choosing warm-up", len(recs),
-                                                "records").advance)
+                                                "records").advance,
+                                       store_graphs(Path(records_dir), kind, stores))
     else:
         splits = split_warmup(recs, warmup_fraction, warmup_records)
     warm = [r for w, h in splits.values() for r in w]
@@ -250,9 +281,8 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
 
     finetune: dict = {"finetune_s": 0.0, "finetune_epoch": None, "correction_rounds": 0}
     if warm:
-        warm_graphs = graph_set(kind, warm, Progress("evaluate: warm-up graphs", len(warm),
-                                                     "records").advance,
-                                stores or settings.finetune.corrects)
+        warm_graphs = store_graphs(Path(records_dir), kind, stores or settings.finetune.corrects)(
+            warm, Progress("evaluate: warm-up graphs", len(warm), "records").advance)
         trained, finetune = fine_tuned(trained, settings, warm_graphs, warm)
         stores = trained.needs_stores
     donor = donor_groups(donor_stores if donor_stores is not None
@@ -262,9 +292,9 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
 
     # Counted from here: the baselines' training above is not graph extraction.
     progress = Progress("evaluate: held-out graphs", sum(map(len, held.values())), "records")
+    graphs_of = store_graphs(Path(records_dir), kind, stores)
     per_source, pooled = score_held_out(
-        trained, held, lambda name: graph_set(kind, held[name], progress.advance, stores),
-        levels, baselines)
+        trained, held, lambda name: graphs_of(held[name], progress.advance), levels, baselines)
     per_workload = per_source["all"]
     report = {
         "model": label, "temperature": trained.temperature, "records": records_dir,

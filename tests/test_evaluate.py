@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from calo import paths
 from calo.artifact import TrainedModel
@@ -168,6 +169,26 @@ def test_a_donor_store_is_parsed_once_until_it_changes(params, harvested, tmp_pa
         f.write(records.read_text().splitlines(keepends=True)[one.index])
     grown = donor_groups([store])
     assert sum(map(len, grown)) == sum(map(len, first)) + 1
+
+
+def test_a_records_graph_is_extracted_once_per_state_of_its_store(params, harvested, tmp_path):
+    from calo.tasks.evaluate import _measured, store_graphs
+
+    store = tmp_path / "store"
+    shutil.copytree(paths.records_dir(TARGET), store)
+    recs = _measured(store)
+    first = store_graphs(store, "schedule", False)(recs[:4])
+    ticks = []
+    again = store_graphs(store, "schedule", False)(recs[2:6], lambda: ticks.append(1))
+    assert again.graphs[0] is first.graphs[2] and again.graphs[1] is first.graphs[3]
+    assert again.record == [r.index for r in recs[2:6]] and len(ticks) == 4
+    assert store_graphs(store, "ast", False)(recs[:1]).graphs[0] is not first.graphs[0]
+    records = store / RECORD_FILE
+    with records.open("a") as f:  # a new record: the store's graphs are extracted afresh
+        f.write(records.read_text().splitlines(keepends=True)[recs[0].index])
+    grown = store_graphs(store, "schedule", False)(_measured(store)[:1])
+    assert grown.graphs[0] is not first.graphs[0]
+    assert torch.equal(grown.graphs[0].x, first.graphs[0].x)
 
 
 def test_the_table_keeps_its_columns_when_a_workload_name_is_long():
