@@ -1,12 +1,14 @@
 """Offline evaluation on the committed pools: workloads the donor never saw, on two devices.
 
-The unseen-shape split: the donor model trains on the cpu-host donor pool (every suite
-operator at its small, medium and large shapes) minus the operators in
-harvest_pools.UNSEEN_OPERATORS; it is scored with `calo evaluate` (tasks.evaluate) on the
-held-out pools of both devices: suite operators at shapes no donor record has, and the unseen
-operators, 256 measured candidates each, half random and half evolved. On the 1-core generic
-x86-64 device that is also an unseen device. Every row sits beside TVM's XGBModel and MLPModel
-trained on the warm-up records alone and on the donor records plus the warm-up.
+The unseen-shape split: the donor model trains on the committed suite pools of both CPU
+devices (every suite operator at its small, medium and large shapes; each device's records of a
+workload a workload of their own, its loops read against the device: graph kind
+device-schedule) minus the operators in harvest_pools.UNSEEN_OPERATORS; `--pretrain-also`
+with no device trains it on the cpu-host pool alone. It is scored with `calo evaluate`
+(tasks.evaluate) on the held-out pools of both devices: suite operators at shapes no donor
+record has, and the unseen operators, 256 measured candidates each, half random and half
+evolved. Every row sits beside TVM's XGBModel and MLPModel trained on the warm-up records alone
+and on the donor records (the same pools) plus the warm-up.
 
 `--split dev` is the selection split, where settings are chosen (the unseen-shape split only
 reports): the donor pool without the unseen-shape split's operators, a third of the operators
@@ -143,12 +145,14 @@ def pool_label(pool: Path) -> str:
     return pool.name.removesuffix(".tar.gz")
 
 
-def train_donor(settings: Settings, out: Path) -> dict:
-    """Train and calibrate a donor model on settings.donor's extracted store; save it to out."""
-    train, val, test, calibration = donor_splits(settings)
+def train_donor(settings: Settings, out: Path, also: list[str]) -> dict:
+    """Train and calibrate a donor model on settings.donor's extracted store and those of the
+    devices in `also`; save it to out."""
+    train, val, test, calibration = donor_splits(settings, also)
     start = time.perf_counter()
     trained, metrics = train_on_donor(settings, train, val, test, calibration,
-                                      log_epoch("offline eval: donor", settings.train.max_epochs))
+                                      log_epoch("offline eval: donor", settings.train.max_epochs),
+                                      also)
     trained.save(out)
     return {"train_graphs": len(train), "val_graphs": len(val),
             "train_s": time.perf_counter() - start, **metrics}
@@ -339,7 +343,18 @@ def main() -> None:
                         help="take TVM's rows from this earlier report where a split has the "
                              "same donor, warm-up and held-out records, instead of training "
                              "them again (they do not depend on our settings)")
+    parser.add_argument("--pretrain-also", nargs="*", default=None, choices=list(POOLS),
+                        metavar="DEVICE",
+                        help="the donor also pre-trains on these devices' suite pools (the "
+                             "records the split leaves the donor; each device's records of a "
+                             "workload a workload of their own; graph kind device-schedule), and "
+                             "TVM's donor models train on them too. Default: the other CPU's "
+                             "pool, with the committed cpu-host donor pool; give it no devices "
+                             "for a donor of one device")
     args = parser.parse_args()
+    if args.pretrain_also is None:
+        shared = args.donor_pool.resolve() == POOLS["cpu-host"] and not args.device_records
+        args.pretrain_also = [d for d in POOLS if d != "cpu-host"] if shared else []
     if args.device_records and (args.split != "unseen-shape" or args.held_out):
         parser.error("--device-records is for the unseen-shape split's own held-out pools")
     donor_model = args.donor_model.resolve() if args.donor_model else None
@@ -365,8 +380,8 @@ def main() -> None:
         shapes = (dev_held_shapes(sorted(names.values()), held) if args.split == "dev-shape"
                   else set())
         out_of_donor = lambda n: suite.operator(n) in held or n in shapes  # noqa: E731
-        kept = records.subset_store(host, work / "data/records/donor",
-                                    lambda n: n in names.values() and not out_of_donor(n))
+        in_donor = lambda n: n in names.values() and not out_of_donor(n)  # noqa: E731
+        kept = records.subset_store(host, work / "data/records/donor", in_donor)
         runs = [(n, "first") for n in args.warmups or DEV_WARMUPS]
         least = max(n for n, _ in runs) + DEV_MIN_HELD
         held_out = {}
@@ -384,8 +399,8 @@ def main() -> None:
                      f"operators held out at their shape; {len(scored)} workloads scored, "
                      f"their records in {held_out[name]}")
     else:
-        kept = records.subset_store(host, work / "data/records/donor",
-                                    lambda n: suite.operator(n) not in UNSEEN_OPERATORS)
+        in_donor = lambda n: suite.operator(n) not in UNSEEN_OPERATORS  # noqa: E731
+        kept = records.subset_store(host, work / "data/records/donor", in_donor)
         held_out = ({pool_label(p): p for p in args.held_out} if args.held_out
                     else {d: HELD_OUT_POOLS[d] for d in args.devices or HELD_OUT_POOLS})
         runs = ([(n, "first") for n in args.warmups or (0, 8, 32, 96)]
@@ -397,15 +412,22 @@ def main() -> None:
                     "unseen_operators": list(UNSEEN_OPERATORS),
                     "donor_records": kept, "splits": {}, "headline": {}, "beats_tvm": {}}
     settings = with_overrides(base, "donor", args.set)
+    if args.pretrain_also and not any(o.startswith("graph.kind=") for o in args.set):
+        settings = settings.override({"graph.kind": "device-schedule"})
+    for device in args.pretrain_also:
+        kept += records.subset_store(unpack(POOLS[device], pools), paths.records_dir(device),
+                                     in_donor)
+    report.update(donor_records=kept, pretrain_also=args.pretrain_also)
     model_dir = donor_model or work / "models" / "donor"
     if (model_dir / "model.json").is_file():
         report["donor"] = json.loads((model_dir / "donor.json").read_text())
         log.info(f"offline eval: the donor model in {model_dir}")
     else:
         start = time.perf_counter()
-        extract(settings, "donor")
+        for device in ("donor", *args.pretrain_also):
+            extract(settings, device)
         report["extract_s"] = time.perf_counter() - start
-        report["donor"] = train_donor(settings, model_dir)
+        report["donor"] = train_donor(settings, model_dir, args.pretrain_also)
         (model_dir / "donor.json").write_text(json.dumps(report["donor"], default=float))
         log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
                  f"{report['donor']['train_s']:.0f} s")
@@ -421,6 +443,8 @@ def main() -> None:
     for device, pool in held_out.items():
         store = pool if pool.is_dir() else unpack(pool, pools)
         scored, donor_stores = model_dir, None
+        if args.pretrain_also:
+            donor_stores = [paths.records_dir(d) for d in (settings.donor, *args.pretrain_also)]
         if args.device_records and device != "cpu-host":
             keep = donor_model and donor_model.with_name(f"{donor_model.name}-{device}")
             scored, report.setdefault("device_models", {})[device] = device_model(
@@ -444,7 +468,7 @@ def main() -> None:
                                       donor_stores=donor_stores)
             result["wall_s"] = time.perf_counter() - start
             result["records"] = store.name  # not temporary paths
-            result["model"] = "donor" if donor_stores is None else f"{device} model"
+            result["model"] = f"{device} model" if scored != model_dir else "donor"
             if compare and name in earlier:
                 if not with_baselines(result, earlier[name]):
                     raise SystemExit(f"{args.baselines_from} has {name} on other records: "

@@ -125,8 +125,9 @@ class _Builder:
                 self.visit(child, me)
 
 
-def extract_graph(func: tirx.PrimFunc) -> ScheduleGraph:
-    """Every statement and expression of the scheduled PrimFunc's body as a graph node."""
+def extract_graph(func: tirx.PrimFunc, target=None) -> ScheduleGraph:
+    """Every statement and expression of the scheduled PrimFunc's body as a graph node (the
+    target is not read: the AST carries no device features)."""
     g = _Builder()
     for param in func.params:
         if hasattr(param, "shape"):

@@ -26,7 +26,7 @@ from calo.errors import CaloError
 PARAMS_ENV = "CALO_PARAMS"
 DEFAULT_PARAMS = "params.yaml"
 
-GraphKind = Literal["schedule", "ast"]
+GraphKind = Literal["schedule", "device-schedule", "ast"]
 Layers = Literal["head", "all"]
 
 

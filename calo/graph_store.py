@@ -29,9 +29,10 @@ from torch_geometric.data import Data
 from calo.errors import CaloError
 
 MANIFEST = "manifest.json"
-# Raised whenever what a graph holds changes (3: schedule graphs gained loop footprints), so a
-# store of older graphs is rebuilt, not read with columns a model does not expect.
-FORMAT = 3
+# Raised whenever what a graph holds changes (3: schedule graphs gained loop footprints, 4:
+# their loops read against the device), so a store of older graphs is rebuilt, not read with
+# columns a model does not expect.
+FORMAT = 4
 Array = torch.Tensor | np.ndarray
 SHARD_CACHE = 2  # shards a reader keeps loaded: the one it reads and the one before
 

@@ -19,7 +19,11 @@ from calo.dataset import GraphSet, to_data
 from calo.errors import CaloError
 from calo.schedule_graph import ScheduleGraph
 
-KINDS: dict[str, ModuleType] = {"schedule": schedule_graph, "ast": ast_graph}
+# device-schedule: the schedule graph with its loops read against the record's target (cores,
+# vector width), for a donor trained on several devices; schedule leaves those columns zero.
+KINDS: dict[str, ModuleType] = {"schedule": schedule_graph, "device-schedule": schedule_graph,
+                                "ast": ast_graph}
+DEVICE_KINDS = {"device-schedule"}
 assert set(KINDS) == set(get_args(GraphKind)), "calo.config.GraphKind names the graph kinds"
 
 
@@ -46,7 +50,8 @@ def of_candidates(kind: str, mod, target, candidates: list, stores: bool = False
                   ) -> list[ScheduleGraph]:
     """Graphs of MeasureCandidates of one workload (mod) on target, with TVM's per-store
     features if `stores` (extracted in one call for all of them)."""
-    graphs = [_module(kind).extract_graph(c.sch.mod["main"]) for c in candidates]
+    device = target if kind in DEVICE_KINDS else None
+    graphs = [_module(kind).extract_graph(c.sch.mod["main"], device) for c in candidates]
     if stores:
         for graph, rows in zip(graphs, store_features.of_candidates(mod, target, candidates)):
             graph.stores = rows

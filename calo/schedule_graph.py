@@ -49,12 +49,53 @@ FEATURES = (
     "rel_bytes",            # log_bytes / the workload's largest buffer's log bytes
     "log_footprint",        # loop: bytes its whole run touches, over the blocks beneath it
     "rel_footprint",        # log_footprint / the workload's largest buffer's log bytes
+    # The same program costs differently on another CPU: these read the loops against the
+    # device's cores and vector registers (calo.schedule_graph.Device), so a model trained on
+    # one device sees how much of a schedule's parallelism and vector width another can use.
+    "log_core_trip_count",  # log_trip_count with parallel loops split over the cores and
+                            #   vectorized ones counted in vector instructions
+    "rel_core_trip_count",  # log_core_trip_count / the workload's log iteration count
+    "log_parallel_ways",    # parallel loop: cores it keeps busy, min(extent, cores)
+    "log_vector_ops",       # vectorized loop: vector instructions per element op
 )
 NUM_FEATURES = len(FEATURES)
 _COL = {name: i for i, name in enumerate(FEATURES)}
+DEVICE_COLUMNS = [_COL[name] for name in ("log_core_trip_count", "rel_core_trip_count",
+                                          "log_parallel_ways", "log_vector_ops")]
 _THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
                 "threadIdx.z", "vthread")
 _LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_bound")
+
+
+class Device(NamedTuple):
+    """What of a target the graph reads: cores a parallel loop is split over, and the bytes of
+    one vector register (SIMD width). GPUs and unknown targets read as one core and scalar
+    code: their parallelism is in the thread-bound loops the graph marks already."""
+    cores: int = 1
+    vector_bytes: int = 0
+
+
+_DEVICES: dict[str, Device] = {}
+# x86 vector extensions, widest first, and their register bytes (LLVM feature names)
+_VECTOR_FEATURES = (("avx512f", 64), ("avx", 32), ("sse2", 16), ("neon", 16))
+
+
+def device_of(target) -> Device:
+    """The Device of a TVM target (None: the scalar default), read from TVM once per target."""
+    if target is None:
+        return Device()
+    key = str(target)
+    if key not in _DEVICES:
+        from tvm.target import codegen
+
+        device = Device()
+        if target.kind.name == "llvm":
+            cores = target.attrs.get("num-cores")
+            vector = next((size for feature, size in _VECTOR_FEATURES
+                           if codegen.llvm_cpu_has_features(feature, target)), 0)
+            device = Device(int(cores) if cores else 1, vector)
+        _DEVICES[key] = device
+    return _DEVICES[key]
 
 
 @dataclass
@@ -77,6 +118,9 @@ class _Builder:
     loops: int = 0
     # (loop node, extent) of the loops around the walk, outermost first
     enclosing: list[tuple[int, int]] = field(default_factory=list)
+    device: Device = Device()
+    vector_lanes: int = 1    # elements of the program's widest type in one vector register
+    core_trips: int = 1      # trips of the walk's position per core, in vector instructions
 
     def node(self, **values: float) -> int:
         row = np.zeros(NUM_FEATURES, dtype=np.float32)
@@ -153,15 +197,22 @@ def _log(value: float) -> float:
     return math.log2(1.0 + max(value, 0.0))
 
 
-def extract_graph(func: tirx.PrimFunc) -> ScheduleGraph:
-    """Walk a scheduled PrimFunc once and return its schedule graph."""
-    g = _Builder()
+def extract_graph(func: tirx.PrimFunc, target=None) -> ScheduleGraph:
+    """Walk a scheduled PrimFunc once and return its schedule graph, its loops read against
+    the target's cores and vector width (device_of); without a target those columns are zero
+    (graph kind "schedule": a donor of one device learns nothing from them)."""
+    g = _Builder(device=device_of(target))
+    elem_bytes = 4.0
     for param in func.params:
         if hasattr(param, "shape"):
             g.buffer(param)
+            elem_bytes = max(elem_bytes, _buffer_info(param).elem_bytes)
+    g.vector_lanes = max(int(g.device.vector_bytes // elem_bytes), 1)
     _walk(g, func.body, parent=None, depth=0, trips=1, loop_blocks=[])
     x = np.stack(g.rows) if g.rows else np.zeros((0, NUM_FEATURES), np.float32)
     _normalize_per_workload(x)
+    if target is None:
+        x[:, DEVICE_COLUMNS] = 0.0
     return ScheduleGraph(
         x=x,
         edge_index=np.array([g.src, g.dst], dtype=np.int64).reshape(2, -1),
@@ -181,6 +232,7 @@ def _normalize_per_workload(x: np.ndarray) -> None:
     x[:, _COL["rel_extent"]] = x[:, _COL["log_extent"]] / np.where(
         buffers, largest(buffers, "log_extent"), size)
     x[:, _COL["rel_trip_count"]] = x[:, _COL["log_trip_count"]] / size
+    x[:, _COL["rel_core_trip_count"]] = x[:, _COL["log_core_trip_count"]] / size
     x[:, _COL["rel_bytes"]] = x[:, _COL["log_bytes"]] / largest(buffers, "log_bytes")
     x[:, _COL["rel_footprint"]] = x[:, _COL["log_footprint"]] / largest(buffers, "log_bytes")
 
@@ -223,6 +275,9 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
     kind = _LOOP_KINDS[int(loop.kind)] if int(loop.kind) < len(_LOOP_KINDS) else "serial"
     tag = loop.thread_binding.thread_tag if loop.thread_binding is not None else ""
     unroll = loop.annotations.get("pragma_auto_unroll_max_step", 0) if loop.annotations else 0
+    ways = min(extent, g.device.cores) if kind == "parallel" else 1
+    lanes = g.vector_lanes if kind == "vectorized" else 1
+    core_extent = -(-extent // (ways * lanes))  # ceil: the busiest core's share
     node = g.node(
         is_loop=1,
         log_extent=_log(extent),
@@ -231,6 +286,9 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
         log_unroll_step=_log(_int(unroll)),
         thread_tag=_THREAD_TAGS.index(tag) + 1 if tag in _THREAD_TAGS else 0,
         log_vector_width=_log(extent) if kind == "vectorized" else 0.0,
+        log_core_trip_count=_log(g.core_trips * core_extent),
+        log_parallel_ways=_log(ways) if kind == "parallel" else 0.0,
+        log_vector_ops=_log(core_extent) if kind == "vectorized" else 0.0,
         **{kind: 1.0},
     )
     if parent is not None:
@@ -240,8 +298,10 @@ def _walk_loop(g: _Builder, loop: tirx.For, parent: int | None, depth: int, trip
     inner_blocks: list[int] = []
     loops_before = g.loops
     g.enclosing.append((node, extent))
+    outer_core_trips, g.core_trips = g.core_trips, g.core_trips * core_extent
     _walk(g, loop.body, node, depth + 1, trips * extent, inner_blocks)
     g.enclosing.pop()
+    g.core_trips = outer_core_trips
     g.rows[node][_COL["innermost"]] = float(g.loops == loops_before)
     # Blocks computed inside the same loop nest are fused: link them in program order.
     for a, b in zip(inner_blocks, inner_blocks[1:]):
@@ -265,6 +325,7 @@ def _walk_block(g: _Builder, realize: s_tir.SBlockRealize, parent: int | None, d
         log_extent=_log(domain),
         depth=depth,
         log_trip_count=_log(trips),
+        log_core_trip_count=_log(g.core_trips),
         is_reduction=float(reduction),
         log_accesses=_log(len(reads) + len(writes)),
     )
@@ -338,5 +399,5 @@ def _vars(expr) -> list:
     return tirx.analysis.undefined_vars(expr)[:]
 
 
-__all__ = ["EDGE_TYPES", "FEATURES", "NUM_FEATURES", "ScheduleGraph", "buffer_size",
-           "extract_graph"]
+__all__ = ["EDGE_TYPES", "FEATURES", "NUM_FEATURES", "Device", "ScheduleGraph", "buffer_size",
+           "device_of", "extract_graph"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import mlflow
 import torch
@@ -35,12 +36,30 @@ def log_epoch(stage: str, max_epochs: int):
     return on_epoch
 
 
-def donor_splits(settings: cfg.Settings) -> tuple[GraphSet, GraphSet, GraphSet, GraphSet]:
+def donor_graphs(settings: cfg.Settings, also: Sequence[str] = ()) -> GraphSet:
+    """The donor's graphs and, for a donor shared by several devices, those of the devices in
+    `also`, whose workload names gain their device's ("device/name"): each device's candidates
+    of a workload are compared, split and held out as a workload of their own."""
+    load = lambda device: load_graphs(paths.graphs_path(device), settings.graph.kind,  # noqa: E731
+                                      settings.graph.stores)
+    graphs = load(settings.donor)
+    if not also:
+        return graphs
+    parts = [graphs] + [load(device) for device in also]
+    names = [graphs.workload] + [[f"{device}/{w}" for w in part.workload]
+                                 for device, part in zip(also, parts[1:])]
+    return GraphSet([g for part in parts for g in part.graphs],
+                    [w for part in names for w in part],
+                    [r for part in parts for r in part.record], graphs.kind)
+
+
+def donor_splits(settings: cfg.Settings, also: Sequence[str] = ()
+                 ) -> tuple[GraphSet, GraphSet, GraphSet, GraphSet]:
     """(train, val, test, calibration) of the donor's graphs. The calibration set fits the
     temperature: the validation records, or (split.donor_calibration: workload) whole
-    workloads kept out of training, so the variance is scaled for workloads never seen."""
-    graphs = load_graphs(paths.graphs_path(settings.donor), settings.graph.kind,
-                         settings.graph.stores)
+    workloads kept out of training, so the variance is scaled for workloads never seen. `also`:
+    other devices whose graphs join the donor's (donor_graphs)."""
+    graphs = donor_graphs(settings, also)
     calibration = None
     workloads = len(set(graphs.workload))
     if settings.split.donor_calibration == "workload" and workloads < MIN_CALIBRATION_WORKLOADS:
@@ -98,14 +117,17 @@ def _target(trained: TrainedModel, graph) -> torch.Tensor:
 
 
 def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test: GraphSet,
-                   calibration: GraphSet | None = None, on_epoch=None
+                   calibration: GraphSet | None = None, on_epoch=None, also: Sequence[str] = ()
                    ) -> tuple[TrainedModel, dict]:
     """A fresh model fitted on the donor's training split (early stopping on validation), its
-    temperature fitted on the calibration set (default: validation); metrics on each."""
+    temperature fitted on the calibration set (default: validation); metrics on each. `also`:
+    the other devices whose graphs the split holds (donor_graphs), counted among the targets
+    the model trained on."""
     calibration = calibration if calibration is not None else val
     torch.manual_seed(settings.train.seed)
     trained = TrainedModel.new(settings)
-    trained.info["targets"] = sorted(store_targets(paths.records_dir(settings.donor)))
+    trained.info["targets"] = sorted(set().union(*(
+        store_targets(paths.records_dir(d)) for d in (settings.donor, *also))))
     set_normalization(trained, train.graphs, settings.train.graphs_in_memory)
     options = compute.fit_options(settings.train)
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,

@@ -104,6 +104,37 @@ def test_loop_footprint_counts_the_bytes_a_tile_touches():
     assert np.all(np.diff(rel[:4]) < 0)  # shrinks toward the innermost loop
 
 
+@pytest.mark.parametrize("target, cores, lanes", [
+    ({"kind": "llvm", "mcpu": "x86-64", "num-cores": 1}, 1, 4),     # SSE2: 4 floats
+    ({"kind": "llvm", "mcpu": "haswell", "num-cores": 2}, 2, 8),    # AVX2
+    ({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 8}, 4, 16),  # i_0 has 4 rows
+])
+def test_loops_are_read_against_the_devices_cores_and_vector_width(target, cores, lanes):
+    g = extract_graph(_matmul_relu_schedule(), target and tvm.target.Target(target))
+    loops = g.x[g.x[:, COL["is_loop"]] == 1]  # program order: i_0, i_1, j, k, ax0
+
+    def count(column: str) -> np.ndarray:
+        return np.round(2 ** loops[:, COL[column]] - 1).astype(int)
+
+    assert count("log_parallel_ways")[0] == cores and count("log_parallel_ways")[1:].sum() == 0
+    assert count("log_vector_ops")[2] == 32 // lanes  # j: 32 floats
+    rows, vector_ops = -(-4 // cores) * 8, 32 // lanes
+    assert count("log_core_trip_count").tolist() == [
+        -(-4 // cores), rows, rows * vector_ops, rows * vector_ops * 32, rows * 32]
+    assert count("log_trip_count").tolist() == [4, 32, 32 * 32, 32 * 32 * 32, 32 * 32]
+
+
+def test_without_a_target_the_device_columns_are_zero():
+    from calo.schedule_graph import DEVICE_COLUMNS
+
+    g = extract_graph(_matmul_relu_schedule())
+    assert len(DEVICE_COLUMNS) == 4 and not g.x[:, DEVICE_COLUMNS].any()
+    read = extract_graph(_matmul_relu_schedule(), tvm.target.Target({"kind": "llvm", "num-cores": 2}))
+    assert read.x[:, DEVICE_COLUMNS].any()
+    others = [i for i in range(g.x.shape[1]) if i not in DEVICE_COLUMNS]
+    np.testing.assert_array_equal(g.x[:, others], read.x[:, others])
+
+
 def test_normalized_columns_are_relative_to_the_workload_itself():
     def rel(n: int, tile: int) -> np.ndarray:
         from tvm.s_tir.meta_schedule.testing import te_workload

@@ -167,3 +167,23 @@ def test_donor_calibration_by_workload_keeps_whole_workloads_out_of_training(
     by_record = params.override({"split.donor_calibration": "record"})
     train_r, val_r, _, calibration_r = pretrain.donor_splits(by_record)
     assert calibration_r is val_r and len(train_r) > len(train)
+
+
+def test_a_donor_shared_by_two_devices_keeps_each_devices_workloads_apart(params, extracted):
+    from calo.records import store_targets
+    from calo.tasks import pretrain
+
+    alone = pretrain.donor_graphs(params)
+    shared = pretrain.donor_graphs(params, [TARGET])
+    target = load_graphs(paths.graphs_path(TARGET), params.graph.kind)
+    assert len(shared) == len(alone) + len(target)
+    # the same workload measured on two devices is two rankings, not one
+    assert set(shared.workload) == set(alone.workload) | {f"{TARGET}/{w}"
+                                                          for w in target.workload}
+    assert set(alone.workload) & set(target.workload)
+    parts = pretrain.donor_splits(params, [TARGET])
+    assert sum(map(len, parts[:3])) > sum(map(len, pretrain.donor_splits(params)[:3]))
+    one_epoch = params.override({"train.max_epochs": 1})
+    trained, _ = pretrain.train_on_donor(one_epoch, *parts, also=[TARGET])
+    assert trained.trained_on(store_targets(paths.records_dir(TARGET)))
+    assert trained.trained_on(store_targets(paths.records_dir(DONOR)))
