@@ -129,7 +129,8 @@ def test_without_a_target_the_device_columns_are_zero():
 
     g = extract_graph(_matmul_relu_schedule())
     assert len(DEVICE_COLUMNS) == 4 and not g.x[:, DEVICE_COLUMNS].any()
-    read = extract_graph(_matmul_relu_schedule(), tvm.target.Target({"kind": "llvm", "num-cores": 2}))
+    two_cores = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    read = extract_graph(_matmul_relu_schedule(), two_cores)
     assert read.x[:, DEVICE_COLUMNS].any()
     others = [i for i in range(g.x.shape[1]) if i not in DEVICE_COLUMNS]
     np.testing.assert_array_equal(g.x[:, others], read.x[:, others])
