@@ -71,6 +71,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from calo.devices import preload_tensor_intrinsics
@@ -145,7 +146,7 @@ def pool_label(pool: Path) -> str:
     return pool.name.removesuffix(".tar.gz")
 
 
-def train_donor(settings: Settings, out: Path, also: list[str]) -> dict:
+def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict:
     """Train and calibrate a donor model on settings.donor's extracted store and those of the
     devices in `also`; save it to out."""
     train, val, test, calibration = donor_splits(settings, also)
