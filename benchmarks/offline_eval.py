@@ -441,11 +441,12 @@ def main() -> None:
                 for m, v in table.items()), flush=True)
     finished = load_finished(args.out, report)
     earlier = baselines_of(args.baselines_from)
+    # TVM's donor models train on what our donor trained on (None: the donor's store alone)
+    shared_stores = args.pretrain_also and [paths.records_dir(d)
+                                            for d in (settings.donor, *args.pretrain_also)]
     for device, pool in held_out.items():
         store = pool if pool.is_dir() else unpack(pool, pools)
-        scored, donor_stores = model_dir, None
-        if args.pretrain_also:
-            donor_stores = [paths.records_dir(d) for d in (settings.donor, *args.pretrain_also)]
+        scored, donor_stores = model_dir, shared_stores or None
         if args.device_records and device != "cpu-host":
             keep = donor_model and donor_model.with_name(f"{donor_model.name}-{device}")
             scored, report.setdefault("device_models", {})[device] = device_model(

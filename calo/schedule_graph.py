@@ -51,7 +51,8 @@ FEATURES = (
     "rel_footprint",        # log_footprint / the workload's largest buffer's log bytes
     # The same program costs differently on another CPU: these read the loops against the
     # device's cores and vector registers (calo.schedule_graph.Device), so a model trained on
-    # one device sees how much of a schedule's parallelism and vector width another can use.
+    # several devices sees how much of a schedule's parallelism and vector width each can use
+    # (graph kind device-schedule; zero without a target).
     "log_core_trip_count",  # log_trip_count with parallel loops split over the cores and
                             #   vectorized ones counted in vector instructions
     "rel_core_trip_count",  # log_core_trip_count / the workload's log iteration count

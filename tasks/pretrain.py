@@ -45,12 +45,12 @@ def donor_graphs(settings: cfg.Settings, also: Sequence[str] = ()) -> GraphSet:
     graphs = load(settings.donor)
     if not also:
         return graphs
-    parts = [graphs] + [load(device) for device in also]
-    names = [graphs.workload] + [[f"{device}/{w}" for w in part.workload]
-                                 for device, part in zip(also, parts[1:])]
-    return GraphSet([g for part in parts for g in part.graphs],
-                    [w for part in names for w in part],
-                    [r for part in parts for r in part.record], graphs.kind)
+    others = [(device, load(device)) for device in also]
+    return GraphSet([*graphs.graphs, *(g for _, part in others for g in part.graphs)],
+                    [*graphs.workload, *(f"{device}/{w}" for device, part in others
+                                         for w in part.workload)],
+                    [*graphs.record, *(r for _, part in others for r in part.record)],
+                    graphs.kind)
 
 
 def donor_splits(settings: cfg.Settings, also: Sequence[str] = ()

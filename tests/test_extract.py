@@ -110,7 +110,7 @@ def test_loop_footprint_counts_the_bytes_a_tile_touches():
     ({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 8}, 4, 16),  # i_0 has 4 rows
 ])
 def test_loops_are_read_against_the_devices_cores_and_vector_width(target, cores, lanes):
-    g = extract_graph(_matmul_relu_schedule(), target and tvm.target.Target(target))
+    g = extract_graph(_matmul_relu_schedule(), tvm.target.Target(target))
     loops = g.x[g.x[:, COL["is_loop"]] == 1]  # program order: i_0, i_1, j, k, ax0
 
     def count(column: str) -> np.ndarray:
