@@ -84,13 +84,13 @@ from harvest_pools import UNSEEN_OPERATORS, unpack  # noqa: E402
 
 from calo import paths, records, suite  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
-from calo.baselines import context_of  # noqa: E402
+from calo.baselines import context_of, train_on_groups, xgb_model  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
 from calo.dataset import GraphSet  # noqa: E402
 from calo.evaluation import predictive, ranking  # noqa: E402
 from calo.log import get_logger  # noqa: E402
 from calo.tasks.calibrate import calibrate  # noqa: E402
-from calo.tasks.evaluate import BASELINES, evaluate_records, format_table  # noqa: E402
+from calo.tasks.evaluate import evaluate_records, format_table  # noqa: E402
 from calo.tasks.extract import extract  # noqa: E402
 from calo.tasks.finetune import finetune  # noqa: E402
 from calo.tasks.pretrain import donor_splits, log_epoch, train_on_donor  # noqa: E402
@@ -196,7 +196,8 @@ def donor_fit(settings: Settings, model_dir: Path) -> dict:
             out.setdefault(measured[index].workload_key, []).append(measured[index])
         return [g for g in out.values() if len(g) >= least]
 
-    xgb = BASELINES["xgb"](settings, groups(train, least=1))  # every record the donor saw
+    # every record the donor saw
+    xgb = train_on_groups(xgb_model(settings.harvest.build_workers), groups(train, least=1))
     net = TrainedModel.load(model_dir).net
     out = {}
     for name, part in (("train", train), ("val", val), ("test", test)):

@@ -8,7 +8,9 @@ space) instead of in measurement order. With warm-up probes, our model is fine-t
 the finetune stage does) and its temperature refitted on a hash-split share of them (as the
 calibrate stage does, kept only if it helps). TVM's XGBModel and MLPModel are each trained
 twice: on exactly the warm-up records (`xgb`, `mlp`), and on the donor's records plus the
-warm-up records, the data our model saw (`xgb_donor`, `mlp_donor`). Every model is scored on the
+warm-up records, the data our model saw (`xgb_donor`, `mlp_donor`: XGBoost trained on both at
+once; the MLP pre-trained on the donor's, then updated on each workload's warm-up as tuning
+updates it). Every model is scored on the
 same held-out records; a baseline that cannot train on what it is given is listed as not run,
 with why.
 
@@ -22,20 +24,17 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
-from tvm.s_tir import meta_schedule as ms
 
 from calo import config as cfg
 from calo import paths, registry
 from calo.artifact import WEIGHTS, TrainedModel
-from calo.baselines import context_of, mlp_training, train_on, xgb_model
+from calo.baselines import context_of, mlp_on_groups, mlp_updated, train_on_groups, xgb_model
 from calo.dataset import GraphSet, split_of
 from calo.errors import CaloError, reason
 from calo.evaluation import calibration, checked_temperature, predictive, ranking
@@ -107,42 +106,29 @@ def choose_by_uncertainty(trained: TrainedModel, recs: list[Record], count: int,
     return out
 
 
-def _xgb(settings: cfg.Settings, groups: list[list[Record]]) -> ms.cost_model.XGBModel:
-    """TVM's XGBModel trained on record groups (one per workload)."""
-    model = xgb_model(settings.harvest.build_workers)
-    for group in groups:
-        train_on(model, context_of(group[0]), group)
-    return model
-
-
 def _mlp(settings: cfg.Settings, groups: list[list[Record]]):
-    """TVM's MLPModel (a segment-sum MLP on per-store features) trained on record groups.
-
-    Its full training holds out a fifth of the groups to pick the best epoch, so it needs five
-    workloads or more.
-    """
-    from tvm.s_tir.meta_schedule.cost_model.mlp_model import MLPModel, extract_features
-    from tvm.s_tir.meta_schedule.utils import shash2hex
-
+    """TVM's MLPModel trained in full on record groups: it holds out a fifth of them to pick
+    the best epoch, so it needs five workloads or more."""
     if len(groups) < MLP_MIN_WORKLOADS:
         raise CaloError(f"MLPModel trains on {MLP_MIN_WORKLOADS} or more workloads, "
                         f"got {len(groups)}")
-    random.seed(settings.train.seed)
-    torch.manual_seed(settings.train.seed)
-    model = MLPModel()
-    state = model.trainer.state
-    for group in groups:
-        context = context_of(group[0])
-        features, costs = extract_features(
-            context, [r.record.as_measure_candidate() for r in group],
-            [ms.runner.RunnerResult(r.record.run_secs, None) for r in group], state.extractor)
-        state.add_to_group(features, costs, shash2hex(context.mod))
-    with mlp_training():
-        model.trainer.train_full()
-    return model
+    return mlp_on_groups(groups, settings.train.seed)
 
 
-BASELINES = {"xgb": _xgb, "mlp": _mlp}
+_DONOR_MLP: dict[tuple, object] = {}  # the donor's groups -> MLPModel trained on them
+
+
+def _mlp_donor(settings: cfg.Settings, warm_groups: list[list[Record]],
+               donor: list[list[Record]]):
+    """TVM's MLPModel as tuning uses a pre-trained one: trained in full on the donor's records
+    (once per donor: an evaluation at several warm-up sizes shares it), then updated on each
+    workload's warm-up records."""
+    key = (settings.train.seed, *((target_key(g[0].record.target), g[0].workload_key, len(g))
+                                  for g in donor))
+    if key not in _DONOR_MLP:
+        _DONOR_MLP.clear()
+        _DONOR_MLP[key] = _mlp(settings, donor)
+    return mlp_updated(_DONOR_MLP[key], warm_groups, settings.train.seed)
 
 
 def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
@@ -152,22 +138,27 @@ def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
     Returns the trained models and, for those that could not be trained, why.
     """
     log = get_logger()
+    warm_groups, donor = [g for g in warm_groups if g], [g for g in donor if g]
+    workers = settings.harvest.build_workers
+    trainers = {
+        "xgb": (warm_groups, lambda: train_on_groups(xgb_model(workers), warm_groups)),
+        "xgb_donor": (donor + warm_groups,
+                      lambda: train_on_groups(xgb_model(workers), donor + warm_groups)),
+        "mlp": (warm_groups, lambda: _mlp(settings, warm_groups)),
+        "mlp_donor": (donor + warm_groups, lambda: _mlp_donor(settings, warm_groups, donor)),
+    }
     trained, not_run = {}, {}
-    for kind, train in BASELINES.items():
-        for name, groups in ((kind, warm_groups), (f"{kind}_donor", donor + warm_groups)):
-            groups = [g for g in groups if g]
-            count, start = sum(map(len, groups)), time.perf_counter()
-            try:
-                if not groups:
-                    raise CaloError("no training records (warm-up fraction 0 and no donor "
-                                    "records)")
-                log.info(f"evaluate: training TVM's {name} on {count} records")
-                trained[name] = train(settings, groups)
-                took = time.perf_counter() - start
-                log.info(f"evaluate: {name} trained in {took:.0f} s ({count / took:.0f} "
-                         "records/s)")
-            except Exception as err:  # a baseline that cannot train is reported, not fatal
-                not_run[name] = reason(err)
+    for name, (groups, train) in trainers.items():
+        count, start = sum(map(len, groups)), time.perf_counter()
+        try:
+            if not groups:
+                raise CaloError("no training records (warm-up fraction 0 and no donor records)")
+            log.info(f"evaluate: training TVM's {name} on {count} records")
+            trained[name] = train()
+            took = time.perf_counter() - start
+            log.info(f"evaluate: {name} trained in {took:.0f} s ({count / took:.0f} records/s)")
+        except Exception as err:  # a baseline that cannot train is reported, not fatal
+            not_run[name] = reason(err)
     return trained, not_run
 
 

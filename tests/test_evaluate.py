@@ -10,6 +10,7 @@ import torch
 
 from calo import paths
 from calo.artifact import TrainedModel
+from calo.baselines import context_of, train_on, train_on_groups, xgb_model
 from calo.cli import main
 from calo.graphs import graph_set
 from calo.records import RECORD_FILE, target_key
@@ -155,6 +156,41 @@ def test_tvms_donor_models_keep_a_workloads_records_of_two_devices_apart(params,
         assert len({target_key(r.record.target) for r in group}) == 1
         assert len({r.workload_key for r in group}) == 1
     assert sum(map(len, groups)) == sum(len(g) for a in alone for g in a)
+
+
+def test_tvms_xgboost_trains_on_every_group_it_is_given(params, harvested):
+    # Fed one update per workload, XGBModel skips retraining while its data grew by less than
+    # a fifth: a few warm-up records fed after a donor's would never reach the booster.
+    groups = donor_groups([paths.records_dir(DONOR), paths.records_dir(TARGET)])
+    groups = groups[:-1] + [groups[-1][:1]]  # the last: one warm-up record
+    total = sum(map(len, groups))
+    fed = xgb_model(1)
+    for group in groups:
+        train_on(fed, context_of(group[0]), group)
+    assert fed.data_size == total and fed.last_train_size < total  # the trap
+    trained = train_on_groups(xgb_model(1), groups)
+    assert trained.data_size == trained.last_train_size == total
+    # a workload's records on two devices stay two groups, each normalized by its own best
+    assert len(trained.data) == len(groups)
+
+
+def test_tvms_mlp_pre_trained_on_a_donor_is_updated_on_a_copy(params, harvested):
+    from calo.baselines import mlp_on_groups, mlp_updated
+
+    groups = donor_groups([paths.records_dir(DONOR), paths.records_dir(TARGET)])
+    # MLPModel holds out a fifth of its groups: cut the fixture's few workloads into more
+    groups = [g[i:i + 4] for g in groups for i in range(0, len(g), 4)]
+    donor, warm = groups[:-1], groups[-1:]
+    assert len(donor) >= 5
+    pretrained = mlp_on_groups(donor, seed=0)
+    before = {k: v.clone() for k, v in pretrained.trainer.state.model.state_dict().items()}
+    updated = mlp_updated(pretrained, warm, seed=0)
+    assert updated.trainer.state.data_size == sum(map(len, groups))
+    assert pretrained.trainer.state.data_size == sum(map(len, donor))
+    after = pretrained.trainer.state.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert any(not torch.equal(before[k], v)
+               for k, v in updated.trainer.state.model.state_dict().items())
 
 
 def test_a_donor_store_is_parsed_once_until_it_changes(params, harvested, tmp_path):
