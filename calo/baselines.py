@@ -86,8 +86,8 @@ def mlp_on_groups(groups: Sequence[Sequence[Record]], seed: int):
 
 def mlp_updated(pretrained, groups: Sequence[Sequence[Record]], seed: int):
     """A copy of a trained MLPModel updated on each group as tuning updates it (a short
-    incremental training per group, a full one when most of its data is new); `pretrained`
-    is left as it was."""
+    incremental training per group, a full one once over a fifth of its data is untrained);
+    `pretrained` is left as it was."""
     from tvm.s_tir.meta_schedule.cost_model.mlp_model import FeatureGroup, MLPModel
 
     random.seed(seed)
