@@ -139,13 +139,12 @@ def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
     """
     log = get_logger()
     warm_groups, donor = [g for g in warm_groups if g], [g for g in donor if g]
-    workers = settings.harvest.build_workers
+    workers, both = settings.harvest.build_workers, donor + warm_groups
     trainers = {
         "xgb": (warm_groups, lambda: train_on_groups(xgb_model(workers), warm_groups)),
-        "xgb_donor": (donor + warm_groups,
-                      lambda: train_on_groups(xgb_model(workers), donor + warm_groups)),
+        "xgb_donor": (both, lambda: train_on_groups(xgb_model(workers), both)),
         "mlp": (warm_groups, lambda: _mlp(settings, warm_groups)),
-        "mlp_donor": (donor + warm_groups, lambda: _mlp_donor(settings, warm_groups, donor)),
+        "mlp_donor": (both, lambda: _mlp_donor(settings, warm_groups, donor)),
     }
     trained, not_run = {}, {}
     for name, (groups, train) in trainers.items():

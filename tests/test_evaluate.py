@@ -10,7 +10,14 @@ import torch
 
 from calo import paths
 from calo.artifact import TrainedModel
-from calo.baselines import context_of, train_on, train_on_groups, xgb_model
+from calo.baselines import (
+    context_of,
+    mlp_on_groups,
+    mlp_updated,
+    train_on,
+    train_on_groups,
+    xgb_model,
+)
 from calo.cli import main
 from calo.graphs import graph_set
 from calo.records import RECORD_FILE, target_key
@@ -175,8 +182,6 @@ def test_tvms_xgboost_trains_on_every_group_it_is_given(params, harvested):
 
 
 def test_tvms_mlp_pre_trained_on_a_donor_is_updated_on_a_copy(params, harvested):
-    from calo.baselines import mlp_on_groups, mlp_updated
-
     groups = donor_groups([paths.records_dir(DONOR), paths.records_dir(TARGET)])
     # MLPModel holds out a fifth of its groups: cut the fixture's few workloads into more
     groups = [g[i:i + 4] for g in groups for i in range(0, len(g), 4)]
