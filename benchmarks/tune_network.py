@@ -17,6 +17,10 @@ where it stopped (`--fresh` starts over). Run from the repository root:
 
     python benchmarks/tune_network.py [--trials 256] [--seeds 3] [--networks small-cnn encoder]
 
+`--model DIR` tunes with a saved model instead (`calo.artifact`, e.g. the donor that
+`offline_eval.py --donor-model DIR` trains on both CPU pools), registered and promoted as the
+device's model in the work directory; give each model its own `--work`.
+
 Prints the table and writes benchmarks/results/tune_network.json (and the curves' PNG, of seed
 0's runs).
 """
@@ -30,6 +34,8 @@ import os
 import shutil
 import time
 from pathlib import Path
+
+import yaml
 
 from calo.devices import preload_tensor_intrinsics
 
@@ -77,6 +83,28 @@ def device_model(settings, work: Path) -> str:
     return "trained"
 
 
+def saved_model(settings, model_dir: Path) -> str:
+    """A saved model registered and promoted as the device's model, as the pipeline's stages
+    would leave theirs."""
+    from calo.artifact import TrainedModel
+
+    trained = TrainedModel.load(model_dir)  # refuses a directory that holds no model
+    current = registry.aliased_version(settings, DEVICE)
+    with registry.start_run(settings, "tune-network-benchmark", f"model-{DEVICE}"):
+        version = registry.register(settings, model_dir, tags={**trained.info, "device": DEVICE},
+                                    description=f"Saved model {model_dir}, tuning {DEVICE}.")
+    if current is not None and current.version != version:
+        raise SystemExit(f"{DEVICE} already has another model (version {current.version}) in "
+                         f"this work directory: give --model its own --work")
+    registry.set_alias(settings, DEVICE, version)
+    return str(model_dir)
+
+
+def overrides(items: list[str]) -> dict:
+    """SECTION.KEY=VALUE strings as settings overrides (values read as YAML)."""
+    return {key: yaml.safe_load(value) for key, _, value in (i.partition("=") for i in items)}
+
+
 def median_ratio(ratios: list[float | None]) -> float | None:
     """Median over seeds of CALO's time to XGBoost's final latency over XGBoost's tuning time;
     a run that never reached it counts as slower than every run that did (None if the median
@@ -105,9 +133,14 @@ def main() -> None:
     parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
     parser.add_argument("--work", type=Path, default=Path("/tmp/calo-tune-network-bench"))
     parser.add_argument("--fresh", action="store_true", help="start over (drop the work dir)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="tune with this saved model directory instead of the pipeline's")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a params.yaml value, e.g. tune.calo_search.eps_greedy=0.25")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "tune_network.json")
     args = parser.parse_args()
     out, work = args.out.resolve(), args.work.resolve()
+    saved = args.model and args.model.resolve()
     base = load_settings(Path("params.yaml").resolve())
     if args.fresh:
         shutil.rmtree(work, ignore_errors=True)
@@ -115,20 +148,23 @@ def main() -> None:
     os.chdir(work)  # data/, metrics/ and mlflow.db of the benchmark stay out of the project's
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     settings = pool_settings(base, "donor", "cpu-host").override(
-        {"donor": "suite-cpu-host", "targets": [DEVICE]})
+        {"donor": "suite-cpu-host", "targets": [DEVICE], **overrides(args.set)})
 
     from calo.tasks.tune_network import tune_network, write_report
 
-    model = device_model(settings, work)
+    model = (saved_model(settings, saved) if saved
+             else device_model(settings, work))
     done_file = work / "runs.json"
     done = json.loads(done_file.read_text()) if done_file.is_file() else {}
     runs: dict[str, dict[str, dict]] = {name: {} for name in args.networks}
     for seed in range(args.seeds):  # every network once, then again: any prefix is balanced
         for name in args.networks:
             key = f"{name}/{seed}"
-            if done.get(key, {}).get("trials_budget") != args.trials:
+            finished = done.get(key, {})
+            if (finished.get("trials_budget"), finished.get("set", [])) != (args.trials, args.set):
                 seeded = settings.override({"tune.seed": seed})
                 done[key] = tune_network(seeded, DEVICE, name, args.trials, NETWORKS[name])
+                done[key]["set"] = args.set
                 done_file.write_text(json.dumps(done, indent=1))  # resumes after this run
             runs[name][str(seed)] = done[key]
     write_report(settings, DEVICE, {name: by_seed["0"] for name, by_seed in runs.items()})
@@ -136,6 +172,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(png, out.with_suffix(".png"))
     result = {"device": DEVICE, "trials": args.trials, "seeds": args.seeds, "model": model,
+              "set": args.set,
               "summary": {name: summary(by_seed) for name, by_seed in runs.items()},
               "runs": runs}
     out.write_text(json.dumps(result, indent=1))

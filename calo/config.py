@@ -50,6 +50,7 @@ class Workload:
 class Evolution:
     population_size: int
     genetic_num_iters: int
+    eps_greedy: float = 0.05  # share of each round's picks drawn at random (TVM's default)
 
 
 @dataclass(frozen=True)
@@ -355,6 +356,10 @@ def _check_references(s: Settings, where: str) -> None:
         if any(step.anchor < 0 for step in rule):
             raise CaloError(f"{where}: finetune.{name}: anchor must be >= 0 (0: no pull toward "
                             "the donor's weights)")
+    for name, search in (("tune.search", s.tune.search), ("tune.calo_search", s.tune.calo_search)):
+        if not 0 <= search.eps_greedy <= 1:
+            raise CaloError(f"{where}: {name}.eps_greedy is a share of each round's picks, in "
+                            f"[0, 1], got {search.eps_greedy}")
     if s.tune.correct_top < 0:
         raise CaloError(f"{where}: tune.correct_top must be >= 0 (0: every candidate), got "
                         f"{s.tune.correct_top}")

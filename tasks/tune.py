@@ -90,7 +90,8 @@ def evolutionary_search(tune: cfg.Tune, cost_model) -> ms.search_strategy.Evolut
     params.yaml's size, tune.calo_search for CALO's model and tune.search for any other."""
     search = tune.calo_search if isinstance(cost_model, CaloCostModel) else tune.search
     return ms.search_strategy.EvolutionarySearch(population_size=search.population_size,
-                                                 genetic_num_iters=search.genetic_num_iters)
+                                                 genetic_num_iters=search.genetic_num_iters,
+                                                 eps_greedy=search.eps_greedy)
 
 
 def run_tuner(settings: cfg.Settings, device: str, workload: str, cost_model,

@@ -162,6 +162,8 @@ def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
      "finetune.rule must list rows by increasing up_to, the last with up_to: null"),
     (lambda raw: raw["finetune"]["rule"][0].update(anchor=-1), "anchor must be >= 0"),
     (lambda raw: raw["finetune"].update(anchor=10), "unknown key 'finetune.anchor'"),
+    (lambda raw: raw["tune"]["calo_search"].update(eps_greedy=2),
+     "tune.calo_search.eps_greedy is a share of each round's picks, in [0, 1], got 2"),
 ])
 def test_bad_settings_stop_at_load_naming_the_key(tmp_path, params, capsys, edit, message):
     raw = yaml.safe_load(Path(params.path).read_text())

@@ -56,10 +56,12 @@ def test_tune_compares_both_models_on_the_same_budget(params, tuned):
 
 def test_calo_searches_with_tune_calo_search_and_any_other_model_with_tune_search(
         params, calibrated):
-    calo = evolutionary_search(params.tune, load_tuning_model(params, TARGET))
-    xgb = evolutionary_search(params.tune, "xgb")
-    assert (calo.population_size, calo.genetic_num_iters) == (64, 1)  # conftest's settings
-    assert (xgb.population_size, xgb.genetic_num_iters) == (64, 2)
+    tune = params.override({"tune.calo_search.eps_greedy": 0.25}).tune
+    calo = evolutionary_search(tune, load_tuning_model(params, TARGET))
+    xgb = evolutionary_search(tune, "xgb")
+    # conftest's sizes; the random share of each round's picks is CALO's own too
+    assert (calo.population_size, calo.genetic_num_iters, calo.eps_greedy) == (64, 1, 0.25)
+    assert (xgb.population_size, xgb.genetic_num_iters, xgb.eps_greedy) == (64, 2, 0.05)
 
 
 def test_quality_helpers():
