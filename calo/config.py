@@ -195,6 +195,7 @@ class Promotion:
 @dataclass(frozen=True)
 class Calibrate:
     levels: int
+    donor_fit: Literal["pooled", "workload-median"] = "pooled"
 
 
 @dataclass(frozen=True)

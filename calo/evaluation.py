@@ -74,10 +74,12 @@ def calibration(y: np.ndarray, mu: np.ndarray, scale: np.ndarray, df: np.ndarray
 
 
 def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
-                        levels: int, correction: Corrector | None = None) -> float:
+                        levels: int, correction: Corrector | None = None,
+                        by_workload: bool = False) -> float:
     """A temperature for these held-out graphs that never makes calibration worse: the graphs
     are cut into two folds by workload (by record, for one workload), a temperature fitted on
-    each fold must keep NLL and ECE of the other at least as good as `current`'s."""
+    each fold must keep NLL and ECE of the other at least as good as `current`'s.
+    `by_workload`: each fit is the median of the workloads' own (cal.median_temperature)."""
     halves = Split(val=0.5, test=0.0)
     names = sorted(set(graphs.workload))
     if len(names) >= 2:
@@ -89,6 +91,7 @@ def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
     a, b = graphs.select([not f for f in fold]), graphs.select(fold)
     if not len(a) or not len(b):
         return current
+    groups = (a.workload, b.workload) if by_workload else None
     return cal.checked_temperature(predictive(model, a, correction=correction),
                                    predictive(model, b, correction=correction), current,
-                                   confidence_levels(levels))
+                                   confidence_levels(levels), groups)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize, special
 
+MIN_GROUP_POINTS = 20  # a group's own temperature from fewer points is mostly noise
+MIN_GROUPS = 3         # the median of fewer groups' temperatures is no better than a pooled fit
+
 
 def confidence_levels(count: int) -> np.ndarray:
     return np.linspace(0.0, 1.0, count + 2)[1:-1]
@@ -58,24 +61,48 @@ def fit_temperature(y, mu, scale, df, levels: np.ndarray, smoothing: float = 0.0
     return float(np.exp(best))
 
 
-def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray) -> float:
+def median_temperature(y, mu, scale, df, groups, levels: np.ndarray,
+                       least: int = MIN_GROUP_POINTS) -> float:
+    """The median of each group's own ECE-optimal temperature (groups of `least` points or
+    more; with fewer than MIN_GROUPS of them, the pooled fit). A pooled fit lets a few groups
+    whose level the model misses, their residuals a shift rather than a spread, widen every
+    group's intervals; the median scales the spread of a typical group."""
+    y, mu, scale, df = (np.asarray(a, dtype=np.float64) for a in (y, mu, scale, df))
+    groups = np.asarray(groups)
+    names, counts = np.unique(groups, return_counts=True)
+    kept = names[counts >= least]
+    if len(kept) < MIN_GROUPS:
+        return fit_temperature(y, mu, scale, df, levels)
+    return float(np.median([fit_temperature(y[m], mu[m], scale[m], df[m], levels)
+                            for m in (groups == g for g in kept)]))
+
+
+def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
+                        groups: tuple | None = None) -> float:
     """A temperature that must earn its place. Two disjoint parts (y, mu, scale, df; e.g.
     probes of different workloads) each get the temperature fitted on the other: only if these
     cross-fitted predictions have lower NLL and ECE than `current` gives them, pooled, is the
     temperature refitted on both parts, and it is returned only if it too lowers both there;
     otherwise `current` is kept. (ECE is fitted, NLL only checked: on a few dozen probes the
-    ECE-optimal scale can cost NLL, and a temperature that trades one for the other is noise.)"""
+    ECE-optimal scale can cost NLL, and a temperature that trades one for the other is noise.)
+    With `groups` (each part's group labels, e.g. workloads) a fit is median_temperature's."""
     y, mu, scale, df = both = tuple(np.concatenate([x, z]) for x, z in zip(a, b))
+    if groups is None:
+        fit = lambda part, _: fit_temperature(*part, levels)  # noqa: E731
+    else:
+        fit = lambda part, labels: median_temperature(*part, labels, levels)  # noqa: E731
+    labels_a, labels_b = groups if groups is not None else (None, None)
+    labels = None if groups is None else np.concatenate([labels_a, labels_b])
 
     def pooled(tau_a: float, tau_b: float) -> tuple[float, float]:
         tau = np.concatenate([np.full(len(a[0]), tau_a), np.full(len(b[0]), tau_b)])
         return (student_t_nll(y, mu, scale * tau, df),
                 regression_ece(y, mu, scale * tau, df, levels))
 
-    crossed = pooled(fit_temperature(*b, levels), fit_temperature(*a, levels))
+    crossed = pooled(fit(b, labels_b), fit(a, labels_a))
     kept = pooled(current, current)
     better = lambda m: m[0] < kept[0] and m[1] < kept[1]  # noqa: E731
     if not better(crossed):
         return current
-    tau = fit_temperature(*both, levels)
+    tau = fit(both, labels)
     return tau if better(pooled(tau, tau)) else current

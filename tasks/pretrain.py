@@ -133,7 +133,9 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
                  on_epoch=on_epoch, **options)
     levels = settings.calibrate.levels
-    trained.temperature = checked_temperature(trained.net, calibration, 1.0, levels)
+    trained.temperature = checked_temperature(
+        trained.net, calibration, 1.0, levels,
+        by_workload=settings.calibrate.donor_fit == "workload-median")
     # train: how well it fits what it learned from (tau far below the validation split's
     # ceiling there means it underfits rather than overfits)
     parts = [("train", train), ("val", val), ("test", test)] + (

@@ -12,6 +12,7 @@ from calo.models.calibration import (
     checked_temperature,
     confidence_levels,
     fit_temperature,
+    median_temperature,
     regression_ece,
     student_t_nll,
 )
@@ -263,6 +264,28 @@ def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
                          fit_temperature(*folds[0], LEVELS)], 24)
     assert all(np.less(nll_ece(crossed), nll_ece(1.0)))   # the first check passes
     assert checked_temperature(*folds, 1.0, LEVELS) == 1.0
+
+
+def test_a_few_workloads_the_model_misses_widen_a_pooled_temperature_not_the_median():
+    """Six workloads whose errors spread twice the predicted scale, two of them also shifted
+    (the model misses their level): the pooled fit widens every interval for the two, the
+    median of the workloads' own fits scales the typical spread; each fold of a checked
+    temperature fits the same way."""
+    rng = np.random.default_rng(3)
+    n = 200
+    shift = np.repeat([0.0, 0.0, 0.0, 0.0, 6.0, -6.0], n)
+    y = rng.normal(size=6 * n) * 2.0 + shift
+    mu, scale, df = np.zeros(6 * n), np.ones(6 * n), np.full(6 * n, 30.0)
+    groups = np.repeat(list("abcdef"), n)
+    assert fit_temperature(y, mu, scale, df, LEVELS) > 3.0
+    assert 1.7 < median_temperature(y, mu, scale, df, groups, LEVELS) < 2.3
+    # groups too small to fit alone: the pooled fit
+    assert median_temperature(y, mu, scale, df, groups, LEVELS, least=n + 1) == \
+        fit_temperature(y, mu, scale, df, LEVELS)
+    halves = [np.isin(groups, list(part)) for part in ("ace", "bdf")]
+    folds = [(y[m], mu[m], scale[m], df[m]) for m in halves]
+    checked = checked_temperature(*folds, 1.0, LEVELS, (groups[halves[0]], groups[halves[1]]))
+    assert 1.7 < checked < 2.3
 
 
 @pytest.mark.parametrize("variant", [
