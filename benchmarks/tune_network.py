@@ -90,12 +90,13 @@ def saved_model(settings, model_dir: Path) -> str:
 
     trained = TrainedModel.load(model_dir)  # refuses a directory that holds no model
     current = registry.aliased_version(settings, DEVICE)
+    if current is not None and (current.tags.get("artifact_sha256")
+                                != registry.artifact_digest(model_dir)):
+        raise SystemExit(f"{DEVICE} already has another model (version {current.version}) in "
+                         f"this work directory: give --model its own --work")
     with registry.start_run(settings, "tune-network-benchmark", f"model-{DEVICE}"):
         version = registry.register(settings, model_dir, tags={**trained.info, "device": DEVICE},
                                     description=f"Saved model {model_dir}, tuning {DEVICE}.")
-    if current is not None and current.version != version:
-        raise SystemExit(f"{DEVICE} already has another model (version {current.version}) in "
-                         f"this work directory: give --model its own --work")
     registry.set_alias(settings, DEVICE, version)
     return str(model_dir)
 
@@ -152,8 +153,7 @@ def main() -> None:
 
     from calo.tasks.tune_network import tune_network, write_report
 
-    model = (saved_model(settings, saved) if saved
-             else device_model(settings, work))
+    model = saved_model(settings, saved) if saved else device_model(settings, work)
     done_file = work / "runs.json"
     done = json.loads(done_file.read_text()) if done_file.is_file() else {}
     runs: dict[str, dict[str, dict]] = {name: {} for name in args.networks}

@@ -87,12 +87,11 @@ def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
     ECE-optimal scale can cost NLL, and a temperature that trades one for the other is noise.)
     With `groups` (each part's group labels, e.g. workloads) a fit is median_temperature's."""
     y, mu, scale, df = both = tuple(np.concatenate([x, z]) for x, z in zip(a, b))
-    if groups is None:
-        fit = lambda part, _: fit_temperature(*part, levels)  # noqa: E731
-    else:
-        fit = lambda part, labels: median_temperature(*part, labels, levels)  # noqa: E731
     labels_a, labels_b = groups if groups is not None else (None, None)
-    labels = None if groups is None else np.concatenate([labels_a, labels_b])
+
+    def fit(part: tuple, labels) -> float:
+        return (fit_temperature(*part, levels) if labels is None
+                else median_temperature(*part, labels, levels))
 
     def pooled(tau_a: float, tau_b: float) -> tuple[float, float]:
         tau = np.concatenate([np.full(len(a[0]), tau_a), np.full(len(b[0]), tau_b)])
@@ -104,5 +103,5 @@ def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
     better = lambda m: m[0] < kept[0] and m[1] < kept[1]  # noqa: E731
     if not better(crossed):
         return current
-    tau = fit(both, labels)
+    tau = fit(both, None if groups is None else np.concatenate(groups))
     return tau if better(pooled(tau, tau)) else current
