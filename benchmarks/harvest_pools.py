@@ -26,6 +26,8 @@ import tarfile
 import time
 from pathlib import Path
 
+import yaml
+
 from calo import paths, suite
 from calo.config import Settings, load_settings
 
@@ -58,6 +60,11 @@ def heldout_workloads() -> dict[str, dict]:
         op, args = suite.resolve(suite.operator(name))
         out[name] = {"op": op, "args": {**args, **changes}}
     return out
+
+
+def overrides(items: list[str]) -> dict:
+    """`--set SECTION.KEY=VALUE` arguments as settings overrides, each value read as YAML."""
+    return {key: yaml.safe_load(value) for key, _, value in (i.partition("=") for i in items)}
 
 
 def pool_settings(base: Settings, kind: str, device: str, build_workers: int | None = None

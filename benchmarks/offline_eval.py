@@ -79,8 +79,7 @@ from calo.devices import preload_tensor_intrinsics
 preload_tensor_intrinsics()  # before torch_geometric is imported
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
-from harvest_pools import UNSEEN_OPERATORS, unpack  # noqa: E402
+from harvest_pools import UNSEEN_OPERATORS, overrides, unpack  # noqa: E402
 
 from calo import paths, records, suite  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
@@ -131,14 +130,12 @@ def dev_held_shapes(names: list[str], held: set[str]) -> set[str]:
     return out
 
 
-def with_overrides(settings: Settings, donor: str, overrides: list[str]) -> Settings:
+def with_overrides(settings: Settings, donor: str, items: list[str]) -> Settings:
     """The settings with `donor` as the donor device and SECTION.KEY=VALUE overrides."""
-    changes = {"donor": donor,
-               f"devices.{donor}": {"target": {"kind": "llvm"}, "candidates_per_workload": 0}}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        changes[key] = yaml.safe_load(value)
-    return settings.override(changes)
+    return settings.override({
+        "donor": donor,
+        f"devices.{donor}": {"target": {"kind": "llvm"}, "candidates_per_workload": 0},
+        **overrides(items)})
 
 
 def pool_label(pool: Path) -> str:

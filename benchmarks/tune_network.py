@@ -35,13 +35,11 @@ import shutil
 import time
 from pathlib import Path
 
-import yaml
-
 from calo.devices import preload_tensor_intrinsics
 
 preload_tensor_intrinsics()  # before torch_geometric is imported
 
-from harvest_pools import pool_settings, unpack  # noqa: E402
+from harvest_pools import overrides, pool_settings, unpack  # noqa: E402
 
 from calo import paths, records, registry  # noqa: E402
 from calo.config import load_settings  # noqa: E402
@@ -99,11 +97,6 @@ def saved_model(settings, model_dir: Path) -> str:
                                     description=f"Saved model {model_dir}, tuning {DEVICE}.")
     registry.set_alias(settings, DEVICE, version)
     return str(model_dir)
-
-
-def overrides(items: list[str]) -> dict:
-    """SECTION.KEY=VALUE strings as settings overrides (values read as YAML)."""
-    return {key: yaml.safe_load(value) for key, _, value in (i.partition("=") for i in items)}
 
 
 def median_ratio(ratios: list[float | None]) -> float | None:
