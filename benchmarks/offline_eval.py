@@ -307,6 +307,12 @@ def main() -> None:
     parser.add_argument("--warmups", type=int, nargs="+", default=None,
                         help="warm-up records per held-out workload (default: 0 8 32 96; on "
                              "the selection splits 0 8 32)")
+    parser.add_argument("--choose", choices=["first", "random"], default="first",
+                        help="the warm-up: each workload's first measured records (default), "
+                             "or its first random samples, as a new device's probes (on the "
+                             "selection splits, whose pools interleave random and evolved "
+                             "candidates, this leaves mostly evolved ones held out, as the "
+                             "unseen-shape split's pools do from any warm-up)")
     parser.add_argument("--compare", type=int, nargs="*", default=[8, 32],
                         help="warm-up sizes also chosen by uncertainty")
     parser.add_argument("--devices", nargs="+", default=None, choices=list(HELD_OUT_POOLS),
@@ -381,7 +387,7 @@ def main() -> None:
         out_of_donor = lambda n: suite.operator(n) in held or n in shapes  # noqa: E731
         in_donor = lambda n: n in names.values() and not out_of_donor(n)  # noqa: E731
         kept = records.subset_store(host, work / "data/records/donor", in_donor)
-        runs = [(n, "first") for n in args.warmups or DEV_WARMUPS]
+        runs = [(n, args.choose) for n in args.warmups or DEV_WARMUPS]
         least = max(n for n, _ in runs) + DEV_MIN_HELD
         held_out = {}
         # On the donor's device, its pool's held-out workloads; on another device, the same
@@ -402,7 +408,7 @@ def main() -> None:
         kept = records.subset_store(host, work / "data/records/donor", in_donor)
         held_out = ({pool_label(p): p for p in args.held_out} if args.held_out
                     else {d: HELD_OUT_POOLS[d] for d in args.devices or HELD_OUT_POOLS})
-        runs = ([(n, "first") for n in args.warmups or (0, 8, 32, 96)]
+        runs = ([(n, args.choose) for n in args.warmups or (0, 8, 32, 96)]
                 + [(n, "uncertainty") for n in args.compare])
     log.info(f"offline eval ({args.split}): donor pool {kept} records")
 
@@ -453,15 +459,15 @@ def main() -> None:
             log.info(f"offline eval: {device}'s model, fine-tuned on "
                      f"{report['device_models'][device]['records']} of its suite records")
         for count, choose in runs:
-            name = f"{device}@{count}" + ("-uncertainty" if choose == "uncertainty" else "")
+            name = f"{device}@{count}" + (f"-{choose}" if count and choose != "first" else "")
             if name in finished:
                 log.info(f"offline eval: {name} is in {args.out} already")
                 continue
             start = time.perf_counter()
-            # TVM's models are compared on the first-measured warm-up; the uncertainty-chosen
+            # TVM's models are compared on the measured-order warm-ups; the uncertainty-chosen
             # one is about our model's warm-up, and selection runs choose our settings only.
-            compare = choose == "first" and (args.tvm if args.tvm is not None
-                                             else args.split == "unseen-shape")
+            compare = choose != "uncertainty" and (args.tvm if args.tvm is not None
+                                                   else args.split == "unseen-shape")
             result = evaluate_records(settings, str(scored), str(store),
                                       warmup_records=count, choose=choose,
                                       baselines=compare and name not in earlier,

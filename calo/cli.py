@@ -411,9 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fine-tune on the first F of each workload's records, score the rest")
     group.add_argument("--warmup", type=int, default=None, metavar="N",
                        help="fine-tune on N records of each workload, score the rest")
-    p.add_argument("--choose", choices=["first", "uncertainty"], default="first",
-                   help="with --warmup: the first N measured, or N random samples picked where "
-                   "the model is least certain (default first)")
+    p.add_argument("--choose", choices=["first", "random", "uncertainty"], default="first",
+                   help="the warm-up: the first measured (default), the first random samples "
+                   "(as a new device's probes), or with --warmup N random samples picked where "
+                   "the model is least certain")
     p.add_argument("--json", help="write the full report (overall and per workload) here")
     p = add("run", _cmd_run, "the pipeline as a Prefect flow: dvc.yaml's stages, then promote, "
             "then the summary", device=False)

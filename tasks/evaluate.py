@@ -47,7 +47,7 @@ from calo.tasks.finetune import adapt
 RANKING = ("kendall_tau", "top1", "top5", "regret")
 CALIBRATION = ("ece", "nll", "rmse")
 MIN_CALIBRATION_POINTS = 5   # fewer warm-up validation points than this: keep the temperature
-CHOICES = ("first", "uncertainty")
+CHOICES = ("first", "random", "uncertainty")
 MLP_MIN_WORKLOADS = 5
 
 
@@ -62,12 +62,16 @@ def load_model_spec(settings: cfg.Settings, spec: str) -> tuple[TrainedModel, st
     return trained, f"{settings.mlflow.model_name}@{spec} (v{version})"
 
 
-def split_warmup(recs: list[Record], fraction: float = 0.0,
-                 count: int | None = None) -> dict[str, tuple[list, list]]:
+def split_warmup(recs: list[Record], fraction: float = 0.0, count: int | None = None,
+                 random_first: bool = False) -> dict[str, tuple[list, list]]:
     """(warm-up, held-out) records of each workload: the first `count` (or `fraction`) of its
-    records in measurement order, and the rest."""
+    records in measurement order, and the rest. `random_first`: its random samples come
+    first, as on a new device, whose warm-up probes are random and whose search then asks
+    about evolved candidates (a pool that interleaves the two would mix them in the warm-up)."""
     out = {}
     for name, group in by_workload(recs).items():
+        if random_first:
+            group = sorted(group, key=lambda r: r.source != RANDOM)  # stable: order kept within
         n_warm = count if count is not None else (math.ceil(fraction * len(group))
                                                    if fraction > 0 else 0)
         out[name] = (group[:n_warm], group[n_warm:])
@@ -262,7 +266,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
                                                 "records").advance,
                                        store_graphs(Path(records_dir), kind, stores))
     else:
-        splits = split_warmup(recs, warmup_fraction, warmup_records)
+        splits = split_warmup(recs, warmup_fraction, warmup_records, choose == "random")
     warm = [r for w, h in splits.values() for r in w]
     held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
     if not held:

@@ -248,3 +248,21 @@ def test_the_table_keeps_its_columns_when_a_workload_name_is_long():
     for row in rows:  # each model name and each figure sits under its heading
         assert row.index(row.split()[1]) == head.index("model")
         assert row.index("0.500") + len("0.500") == head.index("kendall_tau") + len("kendall_tau")
+
+
+def test_a_random_first_warmup_takes_each_workloads_first_random_samples():
+    from types import SimpleNamespace
+
+    from calo.tasks.evaluate import split_warmup
+
+    # measurement order as a pool that interleaves its two sources
+    recs = [SimpleNamespace(workload_name=w, source=s, index=i)
+            for i, (w, s) in enumerate([("a", "evolved"), ("a", "random"), ("b", "random"),
+                                        ("a", "evolved"), ("a", "random"), ("b", "evolved"),
+                                        ("a", "random"), ("b", "random")])]
+    first = split_warmup(recs, count=2)
+    assert [r.index for r in first["a"][0]] == [0, 1]
+    split = split_warmup(recs, count=2, random_first=True)
+    assert [r.index for r in split["a"][0]] == [1, 4]
+    assert sorted(r.index for r in split["a"][1]) == [0, 3, 6]
+    assert [r.index for r in split["b"][0]] == [2, 7] and [r.index for r in split["b"][1]] == [5]
