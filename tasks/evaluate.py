@@ -365,8 +365,10 @@ def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
 def format_table(report: dict) -> str:
     cols = RANKING + CALIBRATION
     per = report.get("warmup_per_workload")
+    # a fraction's warm-up is in measurement order, or random samples first (never uncertain)
     how = (f"{per} per workload, {report['warmup_choice']}" if per is not None
-           else f"fraction {report['warmup_fraction']}")
+           else f"fraction {report['warmup_fraction']}"
+           + (", random" if report["warmup_choice"] == "random" else ""))
     lines = [f"{report['model']} on {report['records']}: {report['held_out_records']} held-out "
              f"records, {report['warmup_records']} warm-up ({how})"]
     rows = [(w, m, v) for w, ms_ in sorted(report["per_workload"].items()) for m, v in ms_.items()]

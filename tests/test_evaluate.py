@@ -266,3 +266,14 @@ def test_a_random_first_warmup_takes_each_workloads_first_random_samples():
     assert [r.index for r in split["a"][0]] == [1, 4]
     assert sorted(r.index for r in split["a"][1]) == [0, 3, 6]
     assert [r.index for r in split["b"][0]] == [2, 7] and [r.index for r in split["b"][1]] == [5]
+
+
+def test_the_tables_first_line_says_how_the_warmup_was_chosen():
+    from calo.tasks.evaluate import format_table
+
+    report = {"model": "donor", "records": "pool", "held_out_records": 3, "warmup_records": 2,
+              "warmup_per_workload": None, "warmup_fraction": 0.3, "warmup_choice": "random",
+              "not_run": {}, "per_workload": {}, "overall": {}, "by_source": {}}
+    assert format_table(report).splitlines()[0].endswith("(fraction 0.3, random)")
+    assert format_table({**report, "warmup_choice": "first"}).splitlines()[0].endswith(
+        "(fraction 0.3)")
