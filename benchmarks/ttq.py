@@ -31,9 +31,9 @@ repository root:
                              [--budget 200] [--donors-dir DIR]
 
 Writes benchmarks/results/ttq_<mode>.json and ttq_<mode>.png (best-so-far latency / oracle
-against trials; live also ttq_live_time.png, against seconds). Live saves every run to
-ttq_live_runs.json as it ends and its report after every workload; run again with the same
-settings, it goes on with the runs still missing.
+against trials; live also ttq_live_time.png, against seconds). Both save every run to
+ttq_<mode>_runs.json as it ends (live also its report after every workload); run again with the
+same settings, they go on with the runs still missing.
 """
 
 from __future__ import annotations
@@ -167,6 +167,20 @@ def code_hash() -> str:
     return digest.hexdigest()
 
 
+def donor_recipe(settings: Settings) -> dict:
+    return {"pool": hashlib.sha256(POOLS["cpu-host"].read_bytes()).hexdigest(),
+            "code": code_hash(), **{k: settings.raw[k] for k in DONOR_SETTINGS}}
+
+
+def pool_digest(path: Path) -> str:
+    """The content of a pool (a .tar.gz, or a database directory's record files)."""
+    files = [path] if path.is_file() else sorted(path.rglob(records.RECORD_FILE))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
 def calo_models(settings: Settings, work: Path, counts: dict[str, int],
                 keep: Path | None = None) -> dict[str, list[TrainedModel]]:
     """Donor models trained on the committed cpu-host suite pool, `counts[head]` of each head
@@ -175,8 +189,7 @@ def calo_models(settings: Settings, work: Path, counts: dict[str, int],
     single workloads). With `keep`, donors trained there from the same pool, settings and code
     are loaded instead of trained again."""
     models = keep or work / "models"
-    recipe = {"pool": hashlib.sha256(POOLS["cpu-host"].read_bytes()).hexdigest(),
-              "code": code_hash(), **{k: settings.raw[k] for k in DONOR_SETTINGS}}
+    recipe = donor_recipe(settings)
     stamp = models / "recipe.json"
     names = [f"{head}-{seed}" for head, count in counts.items() for seed in range(count)]
     reuse = stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(recipe))
@@ -257,6 +270,17 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
     def donor(kind: str, seed: int) -> TrainedModel:
         return donors[kind][seed % len(donors[kind])]
 
+    # Every run is saved as it ends: an interrupted replay goes on with the runs still missing.
+    runs_path = args.out_dir / "ttq_replay_runs.json"
+    config = replay_config(args, settings)
+    done = saved_runs(runs_path, config, set_aside=True)
+    if done:
+        print(f"replay: resuming, {len(done)} runs already saved in {runs_path}", flush=True)
+
+    def save() -> None:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        runs_path.write_text(json.dumps({"config": config, "runs": done}))
+
     target = next(iter(pool.values()))[0].record.target  # the pool's, for the tuning context
     # Each builder takes the run's seed: it orders ties, and our online updates' batches.
     variants = {
@@ -289,20 +313,23 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
             if not seeds:  # --ablation-seeds 0: the main comparison only
                 continue
             for seed in range(seeds):
-                curve, spent = replay_run(build(seed), cands, latencies, ctx, seed,
-                                          args.batch, args.budget)
-                curve = curve + [curve[-1]] * (args.budget - len(curve))
-                values.append(ttq(curve, oracle, args.budget))
-                mean_curve += np.array(curve) / oracle / seeds
-                timing[method] = timing.get(method, 0.0) + spent
+                key = f"{workload} {method} {seed}"
+                if key not in done:
+                    curve, spent = replay_run(build(seed), cands, latencies, ctx, seed,
+                                              args.batch, args.budget)
+                    curve = curve + [curve[-1]] * (args.budget - len(curve))
+                    done[key] = {"ttq": ttq(curve, oracle, args.budget), "seconds": spent,
+                                 **({"curve": curve} if method in MAIN else {})}
+                    save()
+                values.append(done[key]["ttq"])
+                if method in MAIN:
+                    mean_curve += np.array(done[key]["curve"]) / oracle / seeds
+                timing[method] = timing.get(method, 0.0) + done[key]["seconds"]
             ttqs[workload][method] = values
             if method in MAIN:
                 curves[f"{workload} {method}"] = mean_curve.tolist()
-            print(f"{workload:<24}{method:<16} mean TTQ {np.mean(values):7.1f} trials "
+            print(f"{workload:<26} {method:<15} mean TTQ {np.mean(values):7.1f} trials "
                   f"(seeds: {values})", flush=True)
-        # Per-seed TTQs as they come: a later failure never costs the measured runs.
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        (args.out_dir / "ttq_replay_seeds.json").write_text(json.dumps(ttqs, indent=1))
     report = summarize(ttqs)
     strong = summarize({w: {"calo": by["calo"], "xgb": by[XGB_NO_WARMUP]}
                         for w, by in ttqs.items()})
@@ -361,14 +388,32 @@ def live_config(args, settings: Settings, device: str, model_source: str) -> dic
             "calo_search": settings.raw["tune"]["calo_search"], "model": model_source}
 
 
-def saved_runs(path: Path, config: dict) -> dict[str, dict]:
-    """The runs an interrupted benchmark saved under the same configuration; refuses others."""
+def replay_config(args, settings: Settings) -> dict:
+    """What a resumed replay must share with the runs already saved (more seeds may follow)."""
+    config = {"pool": pool_digest(args.pool), "min_pool": args.min_pool, "budget": args.budget,
+              "batch": args.batch, "donors": args.donors, "kappas": args.kappas,
+              "donor_recipe": donor_recipe(settings), "tune": settings.raw["tune"],
+              "replay_code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    return json.loads(json.dumps(config))  # as it reads back from the runs file
+
+
+def saved_runs(path: Path, config: dict, set_aside: bool = False) -> dict[str, dict]:
+    """The runs an interrupted benchmark saved under the same configuration. Runs of another
+    configuration are refused, or with `set_aside` moved to a `.stale.json` beside it (a replay
+    of changed code must start afresh, and its stage must still run)."""
     if not path.exists():
         return {}
     saved = json.loads(path.read_text())
     old = (saved.get("config") if isinstance(saved, dict) else None) or {}
     if old != config:
         differ = sorted(k for k in config if old.get(k) != config[k])
+        if set_aside:
+            stale = path.with_suffix(".stale.json")
+            path.replace(stale)
+            print(f"{path.name}: its runs are of another configuration (differs in: "
+                  f"{', '.join(differ) or 'format'}); moved to {stale.name}, starting afresh",
+                  flush=True)
+            return {}
         raise SystemExit(f"{path} holds runs of another configuration (differs in: "
                          f"{', '.join(differ) or 'format'}); move it away to start afresh, or "
                          "give --out-dir a new folder")
