@@ -73,6 +73,17 @@ def test_saved_live_runs_resume_only_under_the_same_configuration(tmp_path):
         saved_runs(path, {"budget": 200})
 
 
+def test_replay_runs_of_another_configuration_are_set_aside_not_refused(tmp_path, capsys):
+    path = tmp_path / "ttq_replay_runs.json"
+    old = {"config": {"budget": 160}, "runs": {"w calo 0": {"ttq": 3}}}
+    path.write_text(json.dumps(old))
+    assert saved_runs(path, {"budget": 160}, set_aside=True) == {"w calo 0": {"ttq": 3}}
+    assert saved_runs(path, {"budget": 64}, set_aside=True) == {}
+    assert not path.exists()  # the stage starts afresh, and the old runs are still there
+    assert json.loads((tmp_path / "ttq_replay_runs.stale.json").read_text()) == old
+    assert "differs in: budget" in capsys.readouterr().out
+
+
 def test_a_measurement_below_the_repeat_floor_costs_the_floor_whatever_its_latency():
     from live_ranking import running_seconds
 
