@@ -139,14 +139,16 @@ def replay_run(model, cands: list, latencies: np.ndarray, ctx, seed: int, batch:
 
 
 def load_pool(path: Path, min_pool: int) -> dict[str, list]:
-    if path.is_file():
-        tmp = Path(tempfile.mkdtemp(prefix="calo-ttq-pool-"))
-        with tarfile.open(path) as tar:
-            tar.extractall(tmp, filter="data")
-        path = next(p.parent for p in tmp.rglob(records.RECORD_FILE))
+    """The pool's records by workload, read into memory (an unpacked tar is deleted after)."""
     pool: dict[str, list] = {}
-    for rec in records.iter_records(path):  # failed candidates stay: the tuner may pick them
-        pool.setdefault(rec.workload_name, []).append(rec)
+    with tempfile.TemporaryDirectory(prefix="calo-ttq-pool-") as tmp:
+        store = path
+        if path.is_file():
+            with tarfile.open(path) as tar:
+                tar.extractall(tmp, filter="data")
+            store = next(p.parent for p in Path(tmp).rglob(records.RECORD_FILE))
+        for rec in records.iter_records(store):  # failed candidates stay: the tuner may pick them
+            pool.setdefault(rec.workload_name, []).append(rec)
     small = {w: len(r) for w, r in pool.items() if len(r) < min_pool}
     for name in small:
         del pool[name]
@@ -598,7 +600,12 @@ def main() -> None:
     settings = load_settings(Path("params.yaml").resolve())
     work = Path(tempfile.mkdtemp(prefix="calo-ttq-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-    report = (run_replay if args.mode == "replay" else run_live)(args, settings, work)
+    try:
+        report = (run_replay if args.mode == "replay" else run_live)(args, settings, work)
+    finally:
+        if args.mode == "replay":  # nothing there outlives the run (--donors-dir keeps donors)
+            os.chdir(ROOT.parent)
+            shutil.rmtree(work, ignore_errors=True)
     out = write_report(args, report)
     if args.mode == "replay":
         print(f"\ngeo-mean TTQ ratio (CALO / XGBoost): {report['geomean_ttq_ratio']:.3f}")
