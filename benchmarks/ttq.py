@@ -170,8 +170,8 @@ def code_hash() -> str:
 
 
 def donor_recipe(settings: Settings) -> dict:
-    return {"pool": hashlib.sha256(POOLS["cpu-host"].read_bytes()).hexdigest(),
-            "code": code_hash(), **{k: settings.raw[k] for k in DONOR_SETTINGS}}
+    return {"pool": pool_digest(POOLS["cpu-host"]), "code": code_hash(),
+            **{k: settings.raw[k] for k in DONOR_SETTINGS}}
 
 
 def pool_digest(path: Path) -> str:
@@ -279,10 +279,6 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
     if done:
         print(f"replay: resuming, {len(done)} runs already saved in {runs_path}", flush=True)
 
-    def save() -> None:
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        runs_path.write_text(json.dumps({"config": config, "runs": done}))
-
     target = next(iter(pool.values()))[0].record.target  # the pool's, for the tuning context
     # Each builder takes the run's seed: it orders ties, and our online updates' batches.
     variants = {
@@ -322,7 +318,7 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
                     curve = curve + [curve[-1]] * (args.budget - len(curve))
                     done[key] = {"ttq": ttq(curve, oracle, args.budget), "seconds": spent,
                                  **({"curve": curve} if method in MAIN else {})}
-                    save()
+                    save_runs(runs_path, config, done)
                 values.append(done[key]["ttq"])
                 if method in MAIN:
                     mean_curve += np.array(done[key]["curve"]) / oracle / seeds
@@ -408,18 +404,22 @@ def saved_runs(path: Path, config: dict, set_aside: bool = False) -> dict[str, d
     saved = json.loads(path.read_text())
     old = (saved.get("config") if isinstance(saved, dict) else None) or {}
     if old != config:
-        differ = sorted(k for k in config if old.get(k) != config[k])
+        differ = ", ".join(sorted(k for k in config if old.get(k) != config[k])) or "format"
         if set_aside:
             stale = path.with_suffix(".stale.json")
             path.replace(stale)
-            print(f"{path.name}: its runs are of another configuration (differs in: "
-                  f"{', '.join(differ) or 'format'}); moved to {stale.name}, starting afresh",
-                  flush=True)
+            print(f"{path.name}: its runs are of another configuration (differs in: {differ}); "
+                  f"moved to {stale.name}, starting afresh", flush=True)
             return {}
-        raise SystemExit(f"{path} holds runs of another configuration (differs in: "
-                         f"{', '.join(differ) or 'format'}); move it away to start afresh, or "
-                         "give --out-dir a new folder")
+        raise SystemExit(f"{path} holds runs of another configuration (differs in: {differ}); "
+                         "move it away to start afresh, or give --out-dir a new folder")
     return saved["runs"]
+
+
+def save_runs(path: Path, config: dict, runs: dict[str, dict]) -> None:
+    """Rewrite the runs file after each run (what saved_runs reads back)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"config": config, "runs": runs}))
 
 
 def live_report(runs: dict[str, dict], workloads: list[str], seeds: int, budget: int,
@@ -534,8 +534,7 @@ def run_live(args, settings: Settings, work: Path) -> dict:
                 run = run_tuner(seeded, device, workload, model,
                                 work / workload / f"{method}-{seed}")
                 done[key] = {k: run[k] for k in ("curve", "seconds", "wall_s", "trials")}
-                args.out_dir.mkdir(parents=True, exist_ok=True)
-                runs_path.write_text(json.dumps({"config": config, "runs": done}))
+                save_runs(runs_path, config, done)
                 finished, ran = finished + 1, True
                 print(f"[{finished}/{total}] {workload:<26}{method:<15}seed {seed}: best "
                       f"{run['curve'][-1] * 1e6:.1f} us after {run['trials']} trials, "
