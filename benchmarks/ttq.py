@@ -379,11 +379,14 @@ def mean_over_time(runs: list[dict], oracle: float, points: int = 200
 
 
 def live_config(args, settings: Settings, device: str, model_source: str) -> dict:
-    """What a resumed run must share with the runs already saved."""
-    return {"device": device, "device_settings": settings.raw["devices"][device],
-            "budget": args.budget, "trials_per_iter": settings.tune.trials_per_iter,
-            "search": settings.raw["tune"]["search"],
-            "calo_search": settings.raw["tune"]["calo_search"], "model": model_source}
+    """What a resumed run must share with the runs already saved: the tuning settings (the
+    seed aside: each run sets its own) and the code, pool and settings models are made by
+    (the donors' recipe), so runs of an older model are never counted with a newer one's."""
+    tune = {k: v for k, v in settings.raw["tune"].items() if k != "seed"}
+    config = {"device": device, "device_settings": settings.raw["devices"][device],
+              "budget": args.budget, "tune": tune, "model": model_source,
+              "model_recipe": donor_recipe(settings), "finetune": settings.raw["finetune"]}
+    return json.loads(json.dumps(config))  # as it reads back from the runs file
 
 
 def replay_config(args, settings: Settings) -> dict:

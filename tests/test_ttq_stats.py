@@ -73,6 +73,26 @@ def test_saved_live_runs_resume_only_under_the_same_configuration(tmp_path):
         saved_runs(path, {"budget": 200})
 
 
+def test_live_runs_are_keyed_by_the_model_and_tuning_settings_but_not_the_seed():
+    from argparse import Namespace
+
+    from ttq import live_config
+
+    from calo.config import load_settings
+
+    settings = load_settings(Path(__file__).resolve().parents[1] / "params.yaml")
+    args = Namespace(budget=200)
+
+    def config(overrides):
+        return live_config(args, settings.override(overrides), "cpu-generic-1core", "m")
+
+    base = config({})
+    assert config({"tune.seed": 3}) == base  # each run sets its own seed
+    assert config({"tune.update_steps": 0}) != base  # the online update is part of the model
+    assert config({"finetune.batch_size": 16}) != base
+    assert config({"model.hidden": 8})["model_recipe"] != base["model_recipe"]
+
+
 def test_replay_runs_of_another_configuration_are_set_aside_not_refused(tmp_path, capsys):
     path = tmp_path / "ttq_replay_runs.json"
     old = {"config": {"budget": 160}, "runs": {"w calo 0": {"ttq": 3}}}
