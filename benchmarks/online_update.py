@@ -1,0 +1,112 @@
+"""Replay time-to-quality at several online-update step counts (`tune.update_steps`).
+
+The online update fine-tunes the tuning model on each round's measurements. Whether that helps
+is measured here the way `ttq.py --mode replay` measures everything else: the same donors (one
+per seed, kept in --donors-dir), the same replay, the same seeds, one run per step count, with
+TVM's XGBoost as the yardstick. Runs save as they end and a second start resumes after them.
+
+    python benchmarks/online_update.py --pool benchmarks/data/heldout-cpu-host.tar.gz \
+        --min-pool 256 --steps 0 5 20 --donors-dir benchmarks/.donors
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+from ttq import (  # noqa: E402
+    calo_models,
+    load_pool,
+    make_calo,
+    pool_digest,
+    replay_config,
+    replay_run,
+    save_runs,
+    saved_runs,
+    summarize,
+    ttq,
+)
+from tvm.s_tir import meta_schedule as ms  # noqa: E402
+
+from calo.baselines import xgb_model  # noqa: E402
+from calo.config import load_settings  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pool", type=Path, required=True, help="TVM database dir or .tar.gz")
+    parser.add_argument("--min-pool", type=int, default=256)
+    parser.add_argument("--steps", type=int, nargs="+", default=[0, 5, 20])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--budget", type=int, default=160)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--donors-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: results/online_update_<pool name>.json")
+    args = parser.parse_args()
+    args.pool, args.donors, args.kappas = args.pool.resolve(), args.seeds, []
+    name = args.pool.name.removesuffix(".tar.gz")
+    out = (args.out or ROOT / "results" / f"online_update_{name}.json").resolve()
+    runs_path = out.with_suffix(".runs.json")
+    settings = load_settings(Path("params.yaml").resolve())
+    config = {**replay_config(args, settings), "steps": args.steps}
+    done = saved_runs(runs_path, config, set_aside=True)
+    pool = load_pool(args.pool, args.min_pool)
+    work = Path(tempfile.mkdtemp(prefix="calo-online-update-"))
+    cwd = Path.cwd()
+    try:
+        donors = calo_models(settings, work, {"evidential": args.seeds},
+                             args.donors_dir and args.donors_dir.resolve())["evidential"]
+    finally:
+        os.chdir(cwd)
+        shutil.rmtree(work, ignore_errors=True)
+    methods = {f"steps={n}": (lambda s, n=n: make_calo(settings, donors[s], seed=s,
+                                                       update_steps=n)) for n in args.steps}
+    methods["xgb"] = lambda s: xgb_model(os.cpu_count() or 1, warmup=True)
+    target = next(iter(pool.values()))[0].record.target
+    total, fresh, started = len(pool) * len(methods) * args.seeds, 0, time.perf_counter()
+    ttqs: dict[str, dict[str, list[int]]] = {}
+    for workload, recs in pool.items():
+        cands = [r.record.as_measure_candidate() for r in recs]
+        latencies = np.array([math.inf if r.latency is None else r.latency for r in recs])
+        ctx = ms.TuneContext(mod=recs[0].record.workload.mod, target=target,
+                             task_name=workload)
+        for method, build in methods.items():
+            for seed in range(args.seeds):
+                key = f"{workload} {method} {seed}"
+                if key not in done:
+                    curve, spent = replay_run(build(seed), cands, latencies, ctx, seed,
+                                              args.batch, args.budget)
+                    done[key] = {"ttq": ttq(curve, float(latencies.min()), args.budget),
+                                 "seconds": spent}
+                    save_runs(runs_path, config, done)
+                    fresh += 1
+                    rate = fresh / (time.perf_counter() - started)
+                    print(f"[{len(done)}/{total}] {key}: {done[key]['ttq']} trials "
+                          f"({rate * 60:.1f} runs/min)", flush=True)
+                ttqs.setdefault(workload, {}).setdefault(method, []).append(done[key]["ttq"])
+    summary = summarize(ttqs)
+    report = {"pool": str(args.pool), "pool_digest": pool_digest(args.pool),
+              "seeds": args.seeds, "budget": args.budget, "batch": args.batch, **summary}
+    out.write_text(json.dumps(report, indent=1))
+    print(f"\n{'workload':<32}" + "".join(f"{m:>12}" for m in methods))
+    for workload, row in summary["per_workload"].items():
+        print(f"{workload:<32}" + "".join(f"{row[m]['mean_ttq']:>12.1f}" for m in methods))
+    print("geo-mean TTQ ratio vs XGBoost: " + ", ".join(
+        f"{m} {r:.3f}" for m, r in summary["geomean_ratio_vs_xgb"].items()))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
