@@ -58,6 +58,7 @@ preload_tensor_intrinsics()  # once, outside any timing
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import tvm  # noqa: E402
 from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
@@ -378,12 +379,25 @@ def mean_over_time(runs: list[dict], oracle: float, points: int = 200
     return means
 
 
+def machine() -> dict:
+    """The machine live runs measure on: its latencies are not another machine's (the same
+    kernel on two machines differed twofold), so a resumed run must not mix them."""
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in
+             (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else [])
+             if line.startswith("model name")]
+    return {"cpu": tvm.target.codegen.llvm_get_system_cpu(), "model": names[0] if names else "",
+            "cores": os.cpu_count()}
+
+
 def live_config(args, settings: Settings, device: str, model_source: str) -> dict:
-    """What a resumed run must share with the runs already saved: the tuning settings (the
-    seed aside: each run sets its own) and the code, pool and settings models are made by
-    (the donors' recipe), so runs of an older model are never counted with a newer one's."""
+    """What a resumed run must share with the runs already saved: the machine, the tuning
+    settings (the seed aside: each run sets its own) and the code, pool and settings models
+    are made by (the donors' recipe), so runs of an older model are never counted with a
+    newer one's."""
     tune = {k: v for k, v in settings.raw["tune"].items() if k != "seed"}
-    config = {"device": device, "device_settings": settings.raw["devices"][device],
+    config = {"machine": machine(), "device": device,
+              "device_settings": settings.raw["devices"][device],
               "budget": args.budget, "tune": tune, "model": model_source,
               "model_recipe": donor_recipe(settings), "finetune": settings.raw["finetune"]}
     return json.loads(json.dumps(config))  # as it reads back from the runs file

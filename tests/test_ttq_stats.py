@@ -6,7 +6,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from ttq import MAIN, live_report, saved_runs, summarize, ttq, wall_ttq, welch_p  # noqa: E402
+from ttq import (  # noqa: E402
+    MAIN,
+    live_report,
+    save_runs,
+    saved_runs,
+    summarize,
+    ttq,
+    wall_ttq,
+    welch_p,
+)
 
 
 def test_ttq_counts_trials_to_five_percent_and_censors_a_miss():
@@ -91,6 +100,19 @@ def test_live_runs_are_keyed_by_the_model_and_tuning_settings_but_not_the_seed()
     assert config({"tune.update_steps": 0}) != base  # the online update is part of the model
     assert config({"finetune.batch_size": 16}) != base
     assert config({"model.hidden": 8})["model_recipe"] != base["model_recipe"]
+
+
+def test_live_runs_of_another_machine_are_refused(tmp_path, monkeypatch):
+    import ttq
+
+    path = tmp_path / "ttq_live_runs.json"
+    here = {"machine": ttq.machine(), "budget": 200}
+    save_runs(path, here, {"w calo 0": {"trials": 200}})
+    assert saved_runs(path, json.loads(json.dumps(here))) == {"w calo 0": {"trials": 200}}
+    monkeypatch.setattr(ttq.tvm.target.codegen, "llvm_get_system_cpu", lambda: "other-cpu")
+    elsewhere = {"machine": ttq.machine(), "budget": 200}
+    with pytest.raises(SystemExit, match="differs in: machine"):
+        saved_runs(path, json.loads(json.dumps(elsewhere)))
 
 
 def test_replay_runs_of_another_configuration_are_set_aside_not_refused(tmp_path, capsys):
