@@ -156,3 +156,21 @@ def test_the_kept_donors_stamp_changes_with_their_code_and_nothing_else(tmp_path
     assert ttq.code_hash() == before
     (tmp_path / "models" / "sub" / "m.py").write_text("x = 2\n")
     assert ttq.code_hash() != before
+
+
+def test_live_selection_compares_each_variant_with_the_baseline_seed_by_seed():
+    from live_selection import BUDGET, report
+
+    def run(*curve):
+        return {"curve": [c * 1e-6 for c in curve]}
+
+    runs = {"w base 0": run(130, 120), "w base 1": run(140, 110), "w new 0": run(125, 100),
+            "w new 1": run(150, 150), "w new 2": run(90, 80)}  # seed 2: no baseline to pair
+    rep = report(runs, {"base": {}, "new": {"tune.kappa_c": 0}}, "base")
+    rows = rep["per_workload"]["w"]["variants"]
+    assert rep["per_workload"]["w"]["best_us"] == pytest.approx(80)
+    assert rows["new"]["final_over_best"][0] == pytest.approx(100 / 80)
+    assert rows["base"]["trials_to_quality"] == {0: BUDGET + 1, 1: BUDGET + 1}  # never within 5%
+    assert rows["new"]["trials_to_quality"][2] == 2
+    assert rep["versus_baseline"]["new"]["pairs"] == 2
+    assert rep["versus_baseline"]["new"]["ahead"] == 1

@@ -104,7 +104,9 @@ def _weights_changed_by_update(model, ctx, cands, results) -> set[str]:
 
 
 def test_cost_model_scores_and_decaying_kappa(params, calibrated):
-    model = load_tuning_model(params, TARGET)
+    assert load_tuning_model(params, TARGET).kappa() == params.tune.kappa_c / math.sqrt(
+        params.tune.kappa_offset)
+    model = load_tuning_model(params.override({"tune.kappa_c": 1.5}), TARGET)
     assert math.isclose(model.kappa(), 1.5 / math.sqrt(50))
     ctx, cands, results = _mm64_candidates(params)
     scores = model.predict(ctx, cands)
