@@ -29,12 +29,14 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harvest_pools import heldout_workloads, overrides  # noqa: E402
+from harvest_pools import overrides  # noqa: E402
 from ttq import (  # noqa: E402
     calo_models,
     donor_recipe,
+    live_settings,
     machine,
     make_calo,
+    save_runs,
     saved_runs,
     ttq,
 )
@@ -56,14 +58,14 @@ def run_variants(args, runs_path: Path) -> None:
     base = load_settings(Path("params.yaml").resolve())
     config = {"machine": machine(), "budget": BUDGET, "model_recipe": donor_recipe(base)}
     config = json.loads(json.dumps(config))
-    done = saved_runs(runs_path, config) if runs_path.exists() else {}
+    done = saved_runs(runs_path, config)
     variants = json.loads(runs_path.read_text()).get("variants", {}) if done else {}
     changes = overrides(args.set or [])
     if variants.get(args.variant, changes) != changes:
         raise SystemExit(f"variant '{args.variant}' was run with {variants[args.variant]}, "
                          f"not {changes}: give it another name")
     variants[args.variant] = changes
-    shapes = {n: w for n, w in heldout_workloads().items() if n not in base.raw["workloads"]}
+    tuned = live_settings(base, BUDGET, changes)
     work = Path(tempfile.mkdtemp(prefix="calo-selection-"))
     cwd = Path.cwd()
     donors = calo_models(base, work, {"evidential": DONORS}, args.donors_dir)["evidential"]
@@ -73,16 +75,12 @@ def run_variants(args, runs_path: Path) -> None:
             key = f"{workload} {args.variant} {seed}"
             if key in done:
                 continue
-            settings = base.override({"tune.max_trials": BUDGET, "tune.seed": seed,
-                                      **{f"workloads.{n}": w for n, w in shapes.items()},
-                                      **changes})
+            settings = tuned.override({"tune.seed": seed})
             model = make_calo(settings, donors[seed % DONORS], cls=CaloCostModel, seed=seed)
             run = run_tuner(settings, settings.targets[0], workload, model,
                             work / workload / f"{args.variant}-{seed}")
             done[key] = {k: run[k] for k in ("curve", "seconds", "wall_s", "trials")}
-            runs_path.parent.mkdir(parents=True, exist_ok=True)
-            runs_path.write_text(json.dumps({"config": config, "runs": done,
-                                             "variants": variants}))
+            save_runs(runs_path, config, done, variants=variants)
             print(f"{key}: best {run['curve'][-1] * 1e6:.1f} us after {run['trials']} trials, "
                   f"{run['wall_s']:.0f} s", flush=True)
 

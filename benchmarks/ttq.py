@@ -390,6 +390,15 @@ def machine() -> dict:
             "cores": os.cpu_count()}
 
 
+def live_settings(settings: Settings, budget: int, changes: dict | None = None) -> Settings:
+    """The settings live runs tune with: the budget, the unseen-shape workloads (defined by the
+    offline evaluation's held-out pools) and any `changes` (dotted keys)."""
+    shapes = {n: w for n, w in heldout_workloads().items() if n not in settings.raw["workloads"]}
+    return settings.override({"tune.max_trials": budget,
+                              **{f"workloads.{n}": w for n, w in shapes.items()},
+                              **(changes or {})})
+
+
 def live_config(args, settings: Settings, device: str, model_source: str) -> dict:
     """What a resumed run must share with the runs already saved: the machine, the tuning
     settings (the seed aside: each run sets its own) and the code, pool and settings models
@@ -433,10 +442,11 @@ def saved_runs(path: Path, config: dict, set_aside: bool = False) -> dict[str, d
     return saved["runs"]
 
 
-def save_runs(path: Path, config: dict, runs: dict[str, dict]) -> None:
-    """Rewrite the runs file after each run (what saved_runs reads back)."""
+def save_runs(path: Path, config: dict, runs: dict[str, dict], **extra) -> None:
+    """Rewrite the runs file after each run (what saved_runs reads back), with any `extra`
+    top-level entries."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"config": config, "runs": runs}))
+    path.write_text(json.dumps({"config": config, "runs": runs, **extra}))
 
 
 def live_report(runs: dict[str, dict], workloads: list[str], seeds: int, budget: int,
@@ -493,10 +503,7 @@ def run_live(args, settings: Settings, work: Path) -> dict:
     from calo.errors import CaloError
     from calo.tasks.tune import load_tuning_model, run_tuner
 
-    # The unseen-shape workloads are defined by the offline evaluation's held-out pools.
-    shapes = {n: w for n, w in heldout_workloads().items() if n not in settings.raw["workloads"]}
-    settings = settings.override({"tune.max_trials": args.budget,
-                                  **{f"workloads.{n}": w for n, w in shapes.items()}})
+    settings = live_settings(settings, args.budget)
     device = settings.targets[0]
     workloads = args.workload or LIVE_WORKLOADS
     try:
