@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -22,20 +21,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
 from ttq import (  # noqa: E402
     calo_models,
     load_pool,
     make_calo,
     pool_digest,
     replay_config,
-    replay_run,
+    replay_runs,
     save_runs,
     saved_runs,
     summarize,
-    ttq,
 )
-from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
 from calo.baselines import xgb_model  # noqa: E402
 from calo.config import load_settings  # noqa: E402
@@ -76,26 +72,20 @@ def main() -> None:
     methods["xgb"] = lambda s: xgb_model(os.cpu_count() or 1, warmup=True)
     target = next(iter(pool.values()))[0].record.target
     total, fresh, started = len(pool) * len(methods) * args.seeds, 0, time.perf_counter()
+
+    def saved(key: str) -> None:
+        nonlocal fresh
+        save_runs(runs_path, config, done)
+        fresh += 1
+        rate = fresh / (time.perf_counter() - started)
+        print(f"[{len(done)}/{total}] {key}: {done[key]['ttq']} trials "
+              f"({rate * 60:.1f} runs/min)", flush=True)
+
     ttqs: dict[str, dict[str, list[int]]] = {}
-    for workload, recs in pool.items():
-        cands = [r.record.as_measure_candidate() for r in recs]
-        latencies = np.array([math.inf if r.latency is None else r.latency for r in recs])
-        ctx = ms.TuneContext(mod=recs[0].record.workload.mod, target=target,
-                             task_name=workload)
-        for method, build in methods.items():
-            for seed in range(args.seeds):
-                key = f"{workload} {method} {seed}"
-                if key not in done:
-                    curve, spent = replay_run(build(seed), cands, latencies, ctx, seed,
-                                              args.batch, args.budget)
-                    done[key] = {"ttq": ttq(curve, float(latencies.min()), args.budget),
-                                 "seconds": spent}
-                    save_runs(runs_path, config, done)
-                    fresh += 1
-                    rate = fresh / (time.perf_counter() - started)
-                    print(f"[{len(done)}/{total}] {key}: {done[key]['ttq']} trials "
-                          f"({rate * 60:.1f} runs/min)", flush=True)
-                ttqs.setdefault(workload, {}).setdefault(method, []).append(done[key]["ttq"])
+    for workload, method, runs, _ in replay_runs(pool, target, methods,
+                                                 dict.fromkeys(methods, args.seeds), args,
+                                                 done, saved):
+        ttqs.setdefault(workload, {})[method] = [run["ttq"] for run in runs]
     summary = summarize(ttqs)
     report = {"pool": str(args.pool), "pool_digest": pool_digest(args.pool),
               "seeds": args.seeds, "budget": args.budget, "batch": args.batch, **summary}

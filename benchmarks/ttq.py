@@ -50,6 +50,7 @@ import tarfile
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from calo.devices import preload_tensor_intrinsics
@@ -137,6 +138,36 @@ def replay_run(model, cands: list, latencies: np.ndarray, ctx, seed: int, batch:
             best = min(best, float(latencies[i]))
             curve.append(best)
     return curve, spent
+
+
+def replay_runs(pool: dict[str, list], target, methods: dict[str, Callable], seeds: dict[str, int],
+                args, done: dict[str, dict], saved: Callable[[str], None],
+                keeps_curve: Callable[[str], bool] = lambda method: False
+                ) -> Iterator[tuple[str, str, list[dict], float]]:
+    """Each workload's and method's runs over its seeds (a method with 0 seeds is skipped),
+    with the workload's best latency: saved runs as they are, missing ones replayed and handed
+    to `saved` (by key) as each ends, so an interrupted replay goes on where it stopped. A run
+    keeps its best-so-far curve, padded to the budget, where `keeps_curve` says."""
+    for workload, recs in pool.items():
+        cands = [r.record.as_measure_candidate() for r in recs]
+        latencies = np.array([math.inf if r.latency is None else r.latency for r in recs])
+        oracle = float(latencies.min())
+        ctx = ms.TuneContext(mod=recs[0].record.workload.mod, target=target,
+                             task_name=workload)
+        for method, build in methods.items():
+            if not seeds[method]:
+                continue
+            for seed in range(seeds[method]):
+                key = f"{workload} {method} {seed}"
+                if key not in done:
+                    curve, spent = replay_run(build(seed), cands, latencies, ctx, seed,
+                                              args.batch, args.budget)
+                    curve = curve + [curve[-1]] * (args.budget - len(curve))
+                    done[key] = {"ttq": ttq(curve, oracle, args.budget), "seconds": spent,
+                                 **({"curve": curve} if keeps_curve(method) else {})}
+                    saved(key)
+            yield workload, method, [done[f"{workload} {method} {s}"]
+                                     for s in range(seeds[method])], oracle
 
 
 def load_pool(path: Path, min_pool: int) -> dict[str, list]:
@@ -296,39 +327,20 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
         # The stronger baseline: XGBoost's own predictions from the first measurement on.
         XGB_NO_WARMUP: lambda s: xgb_model(os.cpu_count() or 1),
     }
+    seeds = {m: args.seeds if m in MAIN else args.ablation_seeds for m in variants}
     ttqs: dict[str, dict[str, list[int]]] = {}
     curves: dict[str, list[float]] = {}
     timing: dict[str, float] = {}
-    for workload, recs in pool.items():
-        cands = [r.record.as_measure_candidate() for r in recs]
-        latencies = np.array([math.inf if r.latency is None else r.latency for r in recs])
-        oracle = float(latencies.min())
-        ctx = ms.TuneContext(mod=recs[0].record.workload.mod, target=target,
-                             task_name=workload)
-        ttqs[workload] = {}
-        for method, build in variants.items():
-            values, mean_curve = [], np.zeros(args.budget)
-            seeds = args.seeds if method in MAIN else args.ablation_seeds
-            if not seeds:  # --ablation-seeds 0: the main comparison only
-                continue
-            for seed in range(seeds):
-                key = f"{workload} {method} {seed}"
-                if key not in done:
-                    curve, spent = replay_run(build(seed), cands, latencies, ctx, seed,
-                                              args.batch, args.budget)
-                    curve = curve + [curve[-1]] * (args.budget - len(curve))
-                    done[key] = {"ttq": ttq(curve, oracle, args.budget), "seconds": spent,
-                                 **({"curve": curve} if method in MAIN else {})}
-                    save_runs(runs_path, config, done)
-                values.append(done[key]["ttq"])
-                if method in MAIN:
-                    mean_curve += np.array(done[key]["curve"]) / oracle / seeds
-                timing[method] = timing.get(method, 0.0) + done[key]["seconds"]
-            ttqs[workload][method] = values
-            if method in MAIN:
-                curves[f"{workload} {method}"] = mean_curve.tolist()
-            print(f"{workload:<26} {method:<15} mean TTQ {np.mean(values):7.1f} trials "
-                  f"(seeds: {values})", flush=True)
+    for workload, method, runs, oracle in replay_runs(
+            pool, target, variants, seeds, args, done,
+            lambda key: save_runs(runs_path, config, done), keeps_curve=MAIN.__contains__):
+        ttqs.setdefault(workload, {})[method] = [run["ttq"] for run in runs]
+        timing[method] = timing.get(method, 0.0) + sum(run["seconds"] for run in runs)
+        if method in MAIN:
+            curves[f"{workload} {method}"] = (
+                np.mean([run["curve"] for run in runs], axis=0) / oracle).tolist()
+        print(f"{workload:<26} {method:<15} mean TTQ {np.mean(ttqs[workload][method]):7.1f} "
+              f"trials (seeds: {ttqs[workload][method]})", flush=True)
     report = summarize(ttqs)
     strong = summarize({w: {"calo": by["calo"], "xgb": by[XGB_NO_WARMUP]}
                         for w, by in ttqs.items()})
