@@ -581,6 +581,22 @@ def run_live(args, settings: Settings, work: Path) -> dict:
     return live_report(done, workloads, args.seeds, args.budget, device, model_source)
 
 
+def saved_live_report(args) -> dict:
+    """The report of the live runs saved in --out-dir, made from the runs file alone: the
+    figures and plots of a benchmark whose code, donors or machine are not here any more
+    (the runs file names them)."""
+    path = args.out_dir / "ttq_live_runs.json"
+    if not path.exists():
+        raise SystemExit(f"{path}: no saved live runs to report on")
+    saved = json.loads(path.read_text())
+    config = saved.get("config") if isinstance(saved, dict) else None
+    if not config or "runs" not in saved:
+        raise SystemExit(f"{path}: not a live benchmark's runs file (no config and runs)")
+    args.budget = config["budget"]
+    return live_report(saved["runs"], args.workload or LIVE_WORKLOADS, args.seeds,
+                       config["budget"], config["device"], config["model"])
+
+
 def write_report(args, report: dict) -> Path:
     """ttq_<mode>.json and the best-so-far PNG against trials (and, live, against seconds)."""
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -619,6 +635,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--kappas", type=float, nargs="*", default=[0.5, 1.0, 2.0, 4.0])
     parser.add_argument("--out-dir", type=Path, default=ROOT / "results")
+    parser.add_argument("--report-only", action="store_true",
+                        help="live: write the report and plots from the runs saved in "
+                             "--out-dir, running nothing")
     args = parser.parse_args()
     args.seeds = args.seeds or (10 if args.mode == "replay" else 5)
     args.budget = args.budget or (160 if args.mode == "replay" else 200)
@@ -627,20 +646,25 @@ def main() -> None:
     args.donors = args.donors or args.seeds
     if args.mode == "replay" and args.pool is None:
         parser.error("--mode replay needs --pool")
+    if args.report_only and args.mode != "live":
+        parser.error("--report-only reports saved live runs: use it with --mode live")
     args.out_dir = args.out_dir.resolve()
     if args.pool is not None:
         args.pool = args.pool.resolve()
     if args.donors_dir is not None:  # training runs in a work directory of its own
         args.donors_dir = args.donors_dir.resolve()
     settings = load_settings(Path("params.yaml").resolve())
-    work = Path(tempfile.mkdtemp(prefix="calo-ttq-"))
-    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-    try:
-        report = (run_replay if args.mode == "replay" else run_live)(args, settings, work)
-    finally:
-        if args.mode == "replay":  # nothing there outlives the run (--donors-dir keeps donors)
-            os.chdir(ROOT.parent)
-            shutil.rmtree(work, ignore_errors=True)
+    if args.report_only:
+        report = saved_live_report(args)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="calo-ttq-"))
+        os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
+        try:
+            report = (run_replay if args.mode == "replay" else run_live)(args, settings, work)
+        finally:
+            if args.mode == "replay":  # nothing there outlives the run (--donors-dir: donors)
+                os.chdir(ROOT.parent)
+                shutil.rmtree(work, ignore_errors=True)
     out = write_report(args, report)
     if args.mode == "replay":
         print(f"\ngeo-mean TTQ ratio (CALO / XGBoost): {report['geomean_ttq_ratio']:.3f}")
@@ -661,7 +685,8 @@ def main() -> None:
         if "tuning_seconds" in report:
             print(f"tuning wall time CALO / XGBoost: "
                   f"{report['tuning_seconds_ratio_calo_vs_xgb']:.2f}")
-        print(f"tuning databases kept in {work} (benchmarks/live_ranking.py reads them)")
+        if not args.report_only:
+            print(f"tuning databases kept in {work} (benchmarks/live_ranking.py reads them)")
     print(f"wrote {out} and its PNG")
 
 if __name__ == "__main__":

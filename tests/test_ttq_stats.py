@@ -174,3 +174,19 @@ def test_live_selection_compares_each_variant_with_the_baseline_seed_by_seed():
     assert rows["new"]["trials_to_quality"][2] == 2
     assert rep["versus_baseline"]["new"]["pairs"] == 2
     assert rep["versus_baseline"]["new"]["ahead"] == 1
+
+
+def test_a_report_is_made_from_saved_live_runs_alone(tmp_path):
+    from argparse import Namespace
+
+    from ttq import saved_live_report
+
+    args = Namespace(out_dir=tmp_path, workload=["w"], seeds=1, budget=None)
+    with pytest.raises(SystemExit, match="no saved live runs"):
+        saved_live_report(args)
+    runs = {f"w {m} 0": _run([2.0, 1.0], [4.0, 8.0], 10.0) for m in MAIN}
+    config = {"budget": 2, "device": "d", "model": "5 donors", "model_recipe": "gone"}
+    save_runs(tmp_path / "ttq_live_runs.json", config, runs)
+    report = saved_live_report(args)
+    assert report["workloads_done"] == ["w"] and report["model"] == "5 donors"
+    assert args.budget == 2 and report["ttq_trials"]["geomean_ratio_vs_xgb"] == 1.0
