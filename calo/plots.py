@@ -11,8 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import LogLocator, ScalarFormatter  # noqa: E402
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
+def _save(fig, path: Path, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> Path:
+    fig.tight_layout(rect=rect)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, bbox_inches="tight")  # a legend below the axes is kept
     plt.close(fig)
@@ -33,47 +33,62 @@ def reliability_diagram(path: Path, levels, curves: dict[str, list[float]], titl
 
 def best_so_far(path: Path, curves: dict[str, list[float]], title: str,
                 ylabel: str = "best latency so far (us)") -> Path:
-    """Best-so-far latency against measured trials, one line per tuning run (styled as in
+    """Best-so-far latency against measured trials, one line per tuning run (laid out as in
     latency_over_time)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    style = _styles(list(curves))
-    for label, curve in curves.items():
-        ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1.2, **style[label])
-    ax.set(xlabel="measured trials", ylabel=ylabel, title=title, yscale="log")
-    _log_ticks_and_legend(ax)
-    return _save(fig, path)
-
-
-def _styles(labels: list[str]) -> dict[str, dict]:
-    """"<subject> <model>" labels: one colour per subject, one line style per model."""
-    split = {label: label.rsplit(" ", 1) if " " in label else (label, label) for label in labels}
-    subjects = list(dict.fromkeys(s for s, _ in split.values()))
-    models = list(dict.fromkeys(m for _, m in split.values()))
-    return {label: {"color": f"C{subjects.index(s) % 10}",
-                    "linestyle": ("-", "--", ":", "-.")[models.index(m) % 4]}
-            for label, (s, m) in split.items()}
-
-
-def _log_ticks_and_legend(ax) -> None:
-    """Plain numbers on a log latency axis, and the legend below the axes, off the curves."""
-    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 1.2, 1.5, 2.0, 3.0, 5.0)))
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_formatter(plt.NullFormatter())
-    if ax.lines:
-        ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.15),
-                  frameon=False)
+    return _lines(path, {label: list(enumerate(curve, 1)) for label, curve in curves.items()},
+                  title, "measured trials", ylabel, step=False)
 
 
 def latency_over_time(path: Path, curves: dict[str, list[tuple[float, float]]], title: str,
                       ylabel: str = "tuned tasks' latency (us)") -> Path:
     """Best-so-far latency against tuning wall time, one line per tuning run. Labels are
-    "<subject> <model>": one colour per subject, one line style per model."""
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    style = _styles(list(curves))
+    "<subject> <model>": one colour per subject and one line style per model, or, past
+    MAX_SUBJECTS_PER_AXES subjects, one small panel per subject and one colour per model."""
+    return _lines(path, curves, title, "tuning time (s)", ylabel, step=True)
+
+
+# More subjects than this on one axes is a tangle of lines: one panel per subject instead.
+MAX_SUBJECTS_PER_AXES = 3
+PANEL_COLUMNS = 3
+
+
+def _lines(path: Path, curves: dict[str, list[tuple[float, float]]], title: str,
+           xlabel: str, ylabel: str, step: bool) -> Path:
+    split = {label: label.rsplit(" ", 1) if " " in label else (label, label) for label in curves}
+    subjects = list(dict.fromkeys(s for s, _ in split.values()))
+    models = list(dict.fromkeys(m for _, m in split.values()))
+    panels = len(subjects) > MAX_SUBJECTS_PER_AXES
+    rows = -(-len(subjects) // PANEL_COLUMNS) if panels else 1
+    cols = PANEL_COLUMNS if panels else 1
+    fig, grid = plt.subplots(rows, cols, figsize=(4 * cols if panels else 7, 3 * rows + 1.5),
+                             dpi=120, squeeze=False)
+    axes = {s: grid.flat[subjects.index(s) if panels else 0] for s in subjects}
     for label, points in curves.items():
+        subject, model = split[label]
+        colour = models.index(model) if panels else subjects.index(subject)
+        style = {"color": f"C{colour % 10}",
+                 "linestyle": "-" if panels else ("-", "--", ":", "-.")[models.index(model) % 4]}
         if points:
-            seconds, values = zip(*points)
-            ax.step(seconds, values, where="post", label=label, linewidth=1.2, **style[label])
-    ax.set(xlabel="tuning time (s)", ylabel=ylabel, title=title, yscale="log")
-    _log_ticks_and_legend(ax)
-    return _save(fig, path)
+            x, y = zip(*points)
+            draw = axes[subject].step if step else axes[subject].plot
+            draw(x, y, label=model if panels else label, linewidth=1.2,
+                 **({"where": "post"} if step else {}), **style)
+    for subject, ax in axes.items():
+        ax.set(xlabel=xlabel, ylabel=ylabel, yscale="log", title=subject if panels else title)
+        _log_ticks(ax)
+    for ax in grid.flat[len(subjects):] if panels else []:
+        ax.set_visible(False)
+    first = grid.flat[0]
+    if first.lines:
+        handles, labels = first.get_legend_handles_labels()
+        fig.legend(handles, labels, fontsize=8, ncol=3, loc="lower center", frameon=False)
+    if panels:
+        fig.suptitle(title)
+    return _save(fig, path, rect=(0, 0.08 if rows == 1 else 0.05, 1, 1))  # room for the legend
+
+
+def _log_ticks(ax) -> None:
+    """Plain numbers on a log latency axis."""
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 1.2, 1.5, 2.0, 3.0, 5.0)))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(plt.NullFormatter())
