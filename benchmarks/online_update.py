@@ -83,8 +83,8 @@ def main() -> None:
 
     ttqs: dict[str, dict[str, list[int]]] = {}
     for workload, method, runs, _ in replay_runs(pool, target, methods,
-                                                 dict.fromkeys(methods, args.seeds), args,
-                                                 done, saved):
+                                                 dict.fromkeys(methods, args.seeds),
+                                                 args.batch, args.budget, done, saved):
         ttqs.setdefault(workload, {})[method] = [run["ttq"] for run in runs]
     summary = summarize(ttqs)
     report = {"pool": str(args.pool), "pool_digest": pool_digest(args.pool),

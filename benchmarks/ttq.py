@@ -141,7 +141,7 @@ def replay_run(model, cands: list, latencies: np.ndarray, ctx, seed: int, batch:
 
 
 def replay_runs(pool: dict[str, list], target, methods: dict[str, Callable], seeds: dict[str, int],
-                args, done: dict[str, dict], saved: Callable[[str], None],
+                batch: int, budget: int, done: dict[str, dict], saved: Callable[[str], None],
                 keeps_curve: Callable[[str], bool] = lambda method: False
                 ) -> Iterator[tuple[str, str, list[dict], float]]:
     """Each workload's and method's runs over its seeds (a method with 0 seeds is skipped),
@@ -160,10 +160,10 @@ def replay_runs(pool: dict[str, list], target, methods: dict[str, Callable], see
             for seed in range(seeds[method]):
                 key = f"{workload} {method} {seed}"
                 if key not in done:
-                    curve, spent = replay_run(build(seed), cands, latencies, ctx, seed,
-                                              args.batch, args.budget)
-                    curve = curve + [curve[-1]] * (args.budget - len(curve))
-                    done[key] = {"ttq": ttq(curve, oracle, args.budget), "seconds": spent,
+                    curve, spent = replay_run(build(seed), cands, latencies, ctx, seed, batch,
+                                              budget)
+                    curve = curve + [curve[-1]] * (budget - len(curve))
+                    done[key] = {"ttq": ttq(curve, oracle, budget), "seconds": spent,
                                  **({"curve": curve} if keeps_curve(method) else {})}
                     saved(key)
             yield workload, method, [done[f"{workload} {method} {s}"]
@@ -332,7 +332,7 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
     curves: dict[str, list[float]] = {}
     timing: dict[str, float] = {}
     for workload, method, runs, oracle in replay_runs(
-            pool, target, variants, seeds, args, done,
+            pool, target, variants, seeds, args.batch, args.budget, done,
             lambda key: save_runs(runs_path, config, done), keeps_curve=MAIN.__contains__):
         ttqs.setdefault(workload, {})[method] = [run["ttq"] for run in runs]
         timing[method] = timing.get(method, 0.0) + sum(run["seconds"] for run in runs)
@@ -592,7 +592,6 @@ def saved_live_report(args) -> dict:
     config = saved.get("config") if isinstance(saved, dict) else None
     if not config or "runs" not in saved:
         raise SystemExit(f"{path}: not a live benchmark's runs file (no config and runs)")
-    args.budget = config["budget"]
     return live_report(saved["runs"], args.workload or LIVE_WORKLOADS, args.seeds,
                        config["budget"], config["device"], config["model"])
 

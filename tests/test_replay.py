@@ -1,6 +1,5 @@
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -36,9 +35,9 @@ def test_replay_runs_pad_each_curve_to_the_budget_and_resume_without_rerunning(h
 
     methods = {"a": build, "b": build, "skipped": build}
     seeds = {"a": 2, "b": 1, "skipped": 0}
-    args = SimpleNamespace(batch=4, budget=20)  # more trials than a workload has candidates
+    batch, budget = 4, 20  # more trials than a workload has candidates
     done, saved = {}, []
-    first = list(replay_runs(pool, target, methods, seeds, args, done, saved.append,
+    first = list(replay_runs(pool, target, methods, seeds, batch, budget, done, saved.append,
                              keeps_curve="a".__eq__))
 
     assert [(w, m) for w, m, _, _ in first] == [(w, m) for w in pool for m in ("a", "b")]
@@ -50,12 +49,12 @@ def test_replay_runs_pad_each_curve_to_the_budget_and_resume_without_rerunning(h
         for run in runs:
             if method == "a":
                 curve = run["curve"]
-                assert len(curve) == args.budget and curve[-1] == oracle
+                assert len(curve) == budget and curve[-1] == oracle
                 assert all(x >= y for x, y in zip(curve, curve[1:]))
-                assert run["ttq"] == ttq(curve, oracle, args.budget) <= len(pool[workload])
+                assert run["ttq"] == ttq(curve, oracle, budget) <= len(pool[workload])
             else:
                 assert "curve" not in run
 
     saved.clear()
-    again = list(replay_runs(pool, target, methods, seeds, args, done, saved.append))
+    again = list(replay_runs(pool, target, methods, seeds, batch, budget, done, saved.append))
     assert saved == [] and again == first and len(models) == 3 * len(pool)
