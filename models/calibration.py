@@ -85,7 +85,11 @@ def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
     temperature refitted on both parts, and it is returned only if it too lowers both there;
     otherwise `current` is kept. (ECE is fitted, NLL only checked: on a few dozen probes the
     ECE-optimal scale can cost NLL, and a temperature that trades one for the other is noise.)
-    With `groups` (each part's group labels, e.g. workloads) a fit is median_temperature's."""
+    With `groups` (each part's group labels, e.g. workloads) a fit is median_temperature's.
+    A part of fewer than MIN_GROUP_POINTS probes keeps `current`: on a dozen probes the two
+    parts' ECEs differ by more than any temperature changes them."""
+    if min(len(a[0]), len(b[0])) < MIN_GROUP_POINTS:
+        return current
     y, mu, scale, df = both = tuple(np.concatenate([x, z]) for x, z in zip(a, b))
     labels_a, labels_b = groups if groups is not None else (None, None)
 

@@ -245,6 +245,16 @@ def test_checked_temperature_keeps_the_current_one_unless_cross_fitting_improves
     assert abs(checked_temperature(*folds, 3.0, LEVELS) - 3.0) < 0.1  # already about right
 
 
+def test_checked_temperature_keeps_the_current_one_on_folds_too_small_to_tell():
+    # Twice the predicted spread: 400 probes a fold refit it, 12 a fold keep the current one.
+    y = np.random.default_rng(1).normal(size=(2, 400)) * 2.0
+    folds = [(y[i], np.zeros(400), np.ones(400), np.full(400, 30.0))
+             for i in range(2)]
+    assert checked_temperature(*folds, 1.0, LEVELS) > 1.5
+    small = [(y[i, :12], np.zeros(12), np.ones(12), np.full(12, 30.0)) for i in range(2)]
+    assert checked_temperature(*small, 1.0, LEVELS) == 1.0
+
+
 def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
     # Heavy-tailed errors on a few dozen probes: the folds' cross-fitted temperatures lower
     # both NLL and ECE, but the temperature refitted on both lowers ECE and raises NLL.
