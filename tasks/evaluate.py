@@ -46,7 +46,6 @@ from calo.tasks.finetune import adapt
 
 RANKING = ("kendall_tau", "top1", "top5", "regret")
 CALIBRATION = ("ece", "nll", "rmse")
-MIN_CALIBRATION_POINTS = 5   # fewer warm-up validation points than this: keep the temperature
 CHOICES = ("first", "random", "uncertainty")
 MLP_MIN_WORKLOADS = 5
 
@@ -324,9 +323,9 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set,
                   targets)
     took = time.perf_counter() - start
-    if len(cal_set) >= MIN_CALIBRATION_POINTS:
-        trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
-                                                  settings.calibrate.levels, trained.correction)
+    # Too few points keep the temperature: checked_temperature's floor on each fold.
+    trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
+                                              settings.calibrate.levels, trained.correction)
     return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],
                      "same_device": tuned["config"]["same_device"],
                      "correction_rounds": tuned["config"]["correction_rounds"]}
