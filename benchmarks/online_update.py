@@ -7,6 +7,13 @@ TVM's XGBoost as the yardstick. Runs save as they end and a second start resumes
 
     python benchmarks/online_update.py --pool benchmarks/data/heldout-cpu-host.tar.gz \
         --min-pool 256 --steps 0 5 20 --donors-dir benchmarks/.donors
+
+Other settings of the update are compared the same way, each a named variant of params.yaml
+(`--variant NAME SECTION.KEY=VALUE ...`, values read as YAML), e.g. the fine-tune rule that the
+update follows with a higher learning rate:
+
+    python benchmarks/online_update.py --pool ... --steps 20 \
+        --variant lr-x3 'finetune.rule=[{up_to: 16, layers: all, epochs: 10, lr: 1.0e-3, ...}]'
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harvest_pools import overrides  # noqa: E402
 from ttq import (  # noqa: E402
     calo_models,
     load_pool,
@@ -44,6 +52,9 @@ def main() -> None:
     parser.add_argument("--pool", type=Path, required=True, help="TVM database dir or .tar.gz")
     parser.add_argument("--min-pool", type=int, default=256)
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 5, 20])
+    parser.add_argument("--variant", nargs="+", action="append", default=[],
+                        metavar=("NAME", "SECTION.KEY=VALUE"),
+                        help="also replay params.yaml with these overrides, under NAME")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=int, default=160)
     parser.add_argument("--batch", type=int, default=16)
@@ -56,7 +67,9 @@ def main() -> None:
     out = (args.out or ROOT / "results" / f"online_update_{name}.json").resolve()
     runs_path = out.with_suffix(".runs.json")
     settings = load_settings(Path("params.yaml").resolve())
-    config = {**replay_config(args, settings), "steps": args.steps}
+    variants = {name: settings.override(overrides(sets)) for name, *sets in args.variant}
+    config = {**replay_config(args, settings), "steps": args.steps,
+              **({"variants": args.variant} if args.variant else {})}
     done = saved_runs(runs_path, config, set_aside=True)
     pool = load_pool(args.pool, args.min_pool)
     work = Path(tempfile.mkdtemp(prefix="calo-online-update-"))
@@ -69,6 +82,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     methods = {f"steps={n}": (lambda s, n=n: make_calo(settings, donors[s], seed=s,
                                                        update_steps=n)) for n in args.steps}
+    methods.update({name: (lambda s, v=v: make_calo(v, donors[s], seed=s))
+                    for name, v in variants.items()})
     methods["xgb"] = lambda s: xgb_model(os.cpu_count() or 1, warmup=True)
     target = next(iter(pool.values()))[0].record.target
     total, fresh, started = len(pool) * len(methods) * args.seeds, 0, time.perf_counter()
