@@ -26,8 +26,8 @@ from calo import store_features
 from calo.artifact import TrainedModel
 from calo.compute import training_device
 from calo.correction import fit_residuals
-from calo.dataset import collate, to_data
-from calo.graphs import of_candidates
+from calo.dataset import collate, collate_union, to_data
+from calo.graphs import of_candidates, union_of_candidates
 from calo.models.training import Anchor, recenter, train_step, workload_batches
 from calo.records import latency_of, target_key
 from calo.schedule_graph import ScheduleGraph
@@ -183,9 +183,8 @@ class CaloCostModel(PyCostModel):
         if not candidates:
             return np.zeros(0, dtype=np.float64)
         self.model.eval()
-        # The correction's store rows are extracted for its drafts only (corrected()).
-        graphs = self.featurize(context, candidates)
-        d = self.model.to_log_latency(self.model(*collate(graphs)))
+        batch, graphs = self.batch(context, candidates)
+        d = self.model.to_log_latency(self.model(*batch))
         d = d.scaled(self.temperature)
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
         if self.trained.correction is not None:
@@ -196,6 +195,19 @@ class CaloCostModel(PyCostModel):
         # near-copies of one parent.
         ref = self.reference.setdefault(str(context.task_name), float(bound.min()))
         return np.exp(np.clip(ref - bound, -MAX_LOG_SCORE, MAX_LOG_SCORE))
+
+    def batch(self, context, candidates) -> tuple[tuple, list[ScheduleGraph] | None]:
+        """The network's input for candidates, and their graphs where the correction needs
+        them. A network of graphs alone gets the native walker's concatenated graphs, every
+        candidate walked again: that costs less than hashing the programs to find the graphs
+        already made. The correction's store rows are extracted for its drafts only
+        (corrected())."""
+        if not self.trained.reads_stores and self.trained.correction is None:
+            union = union_of_candidates(self.trained.graph_kind, context.target, candidates)
+            if union is not None:
+                return collate_union(union), None
+        graphs = self.featurize(context, candidates)
+        return collate(graphs), graphs
 
     def corrected(self, context, candidates, graphs, bound: np.ndarray) -> np.ndarray:
         """The bounds with the residual correction: on every candidate where the network reads

@@ -15,6 +15,7 @@ from torch_geometric.data import Data
 from calo.config import Split
 from calo.errors import CaloError
 from calo.graph_store import MANIFEST, GraphStore, ShardedGraphs, StoreWriter
+from calo.native import Union
 from calo.schedule_graph import ScheduleGraph
 
 SPLITS = ("train", "val", "test")
@@ -53,6 +54,15 @@ def collate(graphs: list[ScheduleGraph]) -> tuple:
             torch.from_numpy(np.concatenate([g.edge_type for g in graphs])),
             torch.from_numpy(np.repeat(np.arange(len(graphs)), sizes)),
             len(graphs), stores, stores_batch)
+
+
+def collate_union(union: Union) -> tuple:
+    """collate's batch from graphs the native walker concatenated (calo.native.Union)."""
+    offsets = np.repeat(np.cumsum(union.nodes) - union.nodes, union.edges)
+    return (torch.from_numpy(union.x), torch.from_numpy(union.edge_index + offsets),
+            torch.from_numpy(union.edge_type),
+            torch.from_numpy(np.repeat(np.arange(len(union.nodes)), union.nodes)),
+            len(union.nodes), None, None)
 
 
 @dataclass

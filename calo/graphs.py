@@ -13,7 +13,7 @@ from typing import get_args
 
 import torch
 
-from calo import ast_graph, schedule_graph, store_features
+from calo import ast_graph, native, schedule_graph, store_features
 from calo.config import GraphKind
 from calo.dataset import GraphSet, to_data
 from calo.errors import CaloError
@@ -51,11 +51,23 @@ def of_candidates(kind: str, mod, target, candidates: list, stores: bool = False
     """Graphs of MeasureCandidates of one workload (mod) on target, with TVM's per-store
     features if `stores` (extracted in one call for all of them)."""
     device = target if kind in DEVICE_KINDS else None
-    graphs = [_module(kind).extract_graph(c.sch.mod["main"], device) for c in candidates]
+    funcs = [c.sch.mod["main"] for c in candidates]
+    module = _module(kind)
+    graphs = (schedule_graph.extract_graphs(funcs, device) if module is schedule_graph
+              else [module.extract_graph(func, device) for func in funcs])
     if stores:
         for graph, rows in zip(graphs, store_features.of_candidates(mod, target, candidates)):
             graph.stores = rows
     return graphs
+
+
+def union_of_candidates(kind: str, target, candidates: list) -> native.Union | None:
+    """The graphs of candidates concatenated by the native walker; None for a kind it does not
+    walk or where it does not build."""
+    if _module(kind) is not schedule_graph:
+        return None
+    return schedule_graph.extract_union([c.sch.mod["main"] for c in candidates],
+                                        target if kind in DEVICE_KINDS else None)
 
 
 def graph_set(kind: str, records: Iterable, on_graph: Callable[[], None] = lambda: None,

@@ -25,6 +25,8 @@ from typing import NamedTuple
 import numpy as np
 from tvm import s_tir, tirx
 
+from calo import native
+
 EDGE_TYPES = ("nest", "dataflow", "sequence", "fusion")
 NEST, DATAFLOW, SEQUENCE, FUSION = range(4)
 
@@ -221,6 +223,27 @@ def extract_graph(func: tirx.PrimFunc, target=None) -> ScheduleGraph:
     )
 
 
+def extract_graphs(funcs: list[tirx.PrimFunc], target=None) -> list[ScheduleGraph]:
+    """extract_graph of each func, in one call to the native walker where it builds."""
+    union = extract_union(funcs, target)
+    if union is None:
+        return [extract_graph(func, target) for func in funcs]
+    rows, edges = np.cumsum(union.nodes), np.cumsum(union.edges)
+    return [ScheduleGraph(x=union.x[r - n:r].copy(), edge_index=union.edge_index[:, e - m:e].copy(),
+                          edge_type=union.edge_type[e - m:e].copy())
+            for r, n, e, m in zip(rows, union.nodes, edges, union.edges)]
+
+
+def extract_union(funcs: list[tirx.PrimFunc], target=None) -> native.Union | None:
+    """The graphs of funcs concatenated, from the native walker (None where it does not
+    build): what a batch is made of, without a Python object per graph."""
+    if native.walker() is None:
+        return None
+    device = device_of(target)
+    return native.extract(funcs, list(FEATURES), device.cores, device.vector_bytes,
+                          target is not None)
+
+
 def _normalize_per_workload(x: np.ndarray) -> None:
     """Fill the rel_* columns: each size over the workload's own (schedule-independent) size."""
     if not len(x):
@@ -401,4 +424,4 @@ def _vars(expr) -> list:
 
 
 __all__ = ["EDGE_TYPES", "FEATURES", "NUM_FEATURES", "Device", "ScheduleGraph", "buffer_size",
-           "device_of", "extract_graph"]
+           "device_of", "extract_graph", "extract_graphs", "extract_union"]
