@@ -2,13 +2,15 @@
 
 Each model tunes one workload with a real `tune_tir` (as `calo tune` runs it) on the first
 target device, for the same number of trials and seed. The cost models' methods are timed from
-the inside: `predict` (scoring search populations; ours split into featurization and the rest),
-`update` (learning from each round's measurements); TVM's own profiler times the rest: the
-builds (`SendToBuilder`), the measurements (`SendToRunner`) and the search's scopes (sampling
-the initial population, mutation with post-processing, bookkeeping). Run from the repository
-root:
+the inside: `predict` (scoring search populations; ours split into `batch`, the graphs of a
+population from the native walker where it builds, and the rest), `update` (learning from each
+round's measurements; ours extracts their graphs in `featurize`); TVM's own profiler times the
+rest: the builds (`SendToBuilder`), the measurements (`SendToRunner`) and the search's scopes
+(sampling the initial population, mutation with post-processing, bookkeeping). Run from the
+repository root:
 
     python benchmarks/live_profile.py --model DIR [--workload matmul] [--trials 64] [--seeds 1]
+                                      [--python-walker-too]
 
 DIR is a saved model (a donor or a device's model, `calo.artifact`). Writes
 benchmarks/results/live_profile.json (or --out) and prints a table per model.
@@ -17,6 +19,7 @@ benchmarks/results/live_profile.json (or --out) and prints a table per model.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -32,6 +35,7 @@ preload_tensor_intrinsics()  # before torch_geometric is imported, and outside a
 
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
+from calo import native  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
 from calo.config import load_settings  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
@@ -66,7 +70,8 @@ def timed(cls: type, name: str, label: str) -> None:
 def instrument() -> None:
     timed(CaloCostModel, "predict", "calo.predict")
     timed(CaloCostModel, "update", "calo.update")
-    timed(CaloCostModel, "featurize", "calo.featurize")
+    timed(CaloCostModel, "batch", "calo.batch")          # a population's graphs, batched
+    timed(CaloCostModel, "featurize", "calo.featurize")  # graphs of the measured candidates
     timed(ms.cost_model.XGBModel, "predict", "xgb.predict")
     timed(ms.cost_model.XGBModel, "update", "xgb.update")
 
@@ -93,6 +98,9 @@ def main() -> None:
     parser.add_argument("--workload", default="matmul")
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--python-walker-too", action="store_true",
+                        help="also run CALO with the Python schedule-graph walker (calo.native "
+                             "off), after the native one, each seed")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "live_profile.json")
     args = parser.parse_args()
     settings = load_settings(Path("params.yaml").resolve())
@@ -105,21 +113,24 @@ def main() -> None:
               "model": str(args.model), "runs": {}}
     for seed in range(args.seeds):
         seeded = settings.override({"tune.max_trials": args.trials, "tune.seed": seed})
-        for method in ("xgb", "calo"):
+        for method in ("xgb", "calo", "calo-python")[:3 if args.python_walker_too else 2]:
             SPENT.clear()
             CALLS.clear()
             SCORED.clear()
+            owner = method.split("-")[0]   # whose methods were timed
             model = (CaloCostModel.from_settings(copy.deepcopy(trained), seeded)
-                     if method == "calo"
+                     if owner == "calo"
                      else ms.cost_model.XGBModel(num_tuning_cores=os.cpu_count() or 1))
-            with ms.Profiler() as profiler:  # TVM's own scopes inside the search
+            walker = native.off() if method == "calo-python" else contextlib.nullcontext()
+            with walker, ms.Profiler() as profiler:  # TVM's own scopes inside the search
                 run = run_tuner(seeded, device, args.workload, model, work / f"{method}-{seed}")
+                walked = "native" if native.walker() is not None else "python"
             scopes = {k: float(v) for k, v in profiler.get().items()}
-            row = {**breakdown(method, run["wall_s"], scopes), "trials": run["trials"],
+            row = {**breakdown(owner, run["wall_s"], scopes), "trials": run["trials"],
                    "best_us": run["curve"][-1] * 1e6, "tvm_scopes_s": dict(sorted(scopes.items()))}
-            if method == "calo":  # programs it extracted: each once per search (a cache)
+            if owner == "calo":
                 row["candidates_scored"] = SCORED["calo"]
-                row["programs_extracted"] = len(model.graphs_of)
+                row["walker"] = walked
             report["runs"][f"{method}-{seed}"] = row
             print(f"{method:<5} seed {seed}: " + ", ".join(
                 f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()

@@ -10,7 +10,9 @@ change its cost. Run from the repository root:
     python benchmarks/predict_latency.py [--workload gelu-mlp] [--population 512] [--repeat 7]
                                           [--compile] [--model DIR]
 
-Prints both medians, their ratio and CALO's breakdown (graph extraction vs batching + forward);
+Prints both medians, their ratio and CALO's breakdown (graph extraction vs batching + forward),
+with the native schedule-graph walker (calo.native, as a search uses it) and with the Python
+walker it replaces, in the same run, and whether their scores are the same;
 with the residual correction a search fits once it has measured enough (here fitted on the
 task's measured records), its cost when it scores every candidate and when it scores only the
 network's best `tune.correct_top` (the drafts), and the share of the first's top-16 the drafts
@@ -48,7 +50,7 @@ from harvest_pools import unpack  # noqa: E402
 from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
-from calo import records  # noqa: E402
+from calo import native, records  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
 from calo.baselines import train_on, xgb_model  # noqa: E402
 from calo.config import load_settings  # noqa: E402
@@ -56,7 +58,7 @@ from calo.correction import fit_residuals  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
 from calo.dataset import collate  # noqa: E402
 from calo.devices import make_target  # noqa: E402
-from calo.graphs import graph_set  # noqa: E402
+from calo.graphs import graph_set, of_candidates, union_of_candidates  # noqa: E402
 from calo.workloads import create_mod  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -119,6 +121,13 @@ def forward_variants(model: torch.nn.Module, batches: list[tuple], compile_too: 
         out[name] = {**out.get(name, {}), "median_ms": statistics.median(times),
                      "tau_vs_fp32": float(tau)}
     return out
+
+
+def graphs(trained: TrainedModel, ctx: ms.TuneContext, pop: list):
+    """What scoring a population extracts: the native walker's concatenated graphs, or the
+    Python walker's graphs one candidate at a time where it is off."""
+    return (union_of_candidates(trained.graph_kind, ctx.target, pop)
+            or of_candidates(trained.graph_kind, ctx.mod, ctx.target, pop))
 
 
 def decisions(candidates: list, width: int | None = None) -> np.ndarray:
@@ -202,6 +211,7 @@ def main() -> None:
     trained.net.eval()
     model = trained.net
     calo = CaloCostModel.from_settings(trained, settings, update_steps=0)
+    python_calo = CaloCostModel.from_settings(trained, settings, update_steps=0)
     # With the residual correction a search refits once it has measured enough: fitted here on
     # the task's measured records, scoring every candidate or only the network's best drafts.
     rounds = settings.finetune.rule[-1].correction
@@ -218,10 +228,14 @@ def main() -> None:
 
     first = {name: scorer.predict(ctx, pops[0])  # first calls pay one-time costs
              for name, scorer in (*variants.items(), ("xgb", xgb))}
+    with native.off():  # the same first call: its best bound is the reference of the scores
+        python_calo.predict(ctx, pops[0])
     calo_scores = [first["calo"]]   # the network's full scores of each population
-    times: dict[str, list[float]] = {**{k: [] for k in variants}, "calo_featurize": [],
+    times: dict[str, list[float]] = {**{k: [] for k in variants}, "calo_graphs": [],
+                                     "calo_python_walker": [], "calo_python_graphs": [],
                                      "xgb": []}
     kept = []   # share of the fully corrected top-16 that the drafts' scoring keeps
+    python_same = True   # the Python walker's scores equal the native one's
     for pop in pops[1:]:
         scores = {}
         for name, scorer in variants.items():
@@ -229,7 +243,12 @@ def main() -> None:
             scores[name] = scorer.predict(ctx, pop)
             times[name].append((time.perf_counter() - start) * 1e3)
         calo_scores.append(scores["calo"])
-        times["calo_featurize"].append(time_ms(lambda pop=pop: calo.featurize(ctx, pop)))
+        times["calo_graphs"].append(time_ms(lambda pop=pop: graphs(trained, ctx, pop)))
+        with native.off():
+            start = time.perf_counter()
+            python_same &= bool(np.array_equal(python_calo.predict(ctx, pop), scores["calo"]))
+            times["calo_python_walker"].append((time.perf_counter() - start) * 1e3)
+            times["calo_python_graphs"].append(time_ms(lambda pop=pop: graphs(trained, ctx, pop)))
         times["xgb"].append(time_ms(lambda pop=pop: xgb.predict(ctx, pop)))
         if fast in scores:
             top16 = {n: set(np.argsort(-scores[n], kind="stable")[:16]) for n in (full, fast)}
@@ -243,8 +262,13 @@ def main() -> None:
         "graph_kind": trained.graph_kind, "torch_threads": torch.get_num_threads(),
         "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
         "xgb_trained_on": len(measured),
-        "calo": {"median_ms": med["calo"], "featurize_median_ms": med["calo_featurize"],
+        "walker": "native" if native.walker() is not None else "python",
+        "calo": {"median_ms": med["calo"], "graphs_median_ms": med["calo_graphs"],
                  "times_ms": times["calo"]},
+        "calo_python_walker": {"median_ms": med["calo_python_walker"],
+                               "graphs_median_ms": med["calo_python_graphs"],
+                               "same_scores": python_same,
+                               "times_ms": times["calo_python_walker"]},
         "xgb": {"median_ms": med["xgb"], "times_ms": times["xgb"]},
         "ratio_calo_vs_xgb": med["calo"] / med["xgb"],
         "model": str(args.model) if args.model else "untrained",
@@ -258,9 +282,13 @@ def main() -> None:
     }
     print(f"{args.population} candidates of {args.workload}, median of {args.repeat} fresh "
           f"populations on {os.cpu_count()} CPU cores:")
-    print(f"  calo  {med['calo']:8.1f} ms  (graph extraction {med['calo_featurize']:.1f} ms, "
-          f"batching + forward {med['calo'] - med['calo_featurize']:.1f} ms)")
-    print(f"  xgb   {med['xgb']:8.1f} ms")
+    for name, graphs_ms, label in (
+            ("calo", med["calo_graphs"], f"calo ({result['walker']} walker)"),
+            ("calo_python_walker", med["calo_python_graphs"], "calo (Python walker)")):
+        print(f"  {label:<24}{med[name]:8.1f} ms  (graphs {graphs_ms:.1f} ms, batching + "
+              f"forward {med[name] - graphs_ms:.1f} ms)")
+    print(f"  {'xgb':<24}{med['xgb']:8.1f} ms")
+    print(f"  the two walkers' scores are {'the same' if python_same else 'DIFFERENT'}")
     for name, row in result["corrected"].items():
         print(f"  {name:<24}{row['median_ms']:8.1f} ms ({row['ratio_vs_xgb']:.2f}x xgb)")
     if kept:
