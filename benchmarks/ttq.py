@@ -194,7 +194,9 @@ def load_pool(path: Path, min_pool: int) -> dict[str, list]:
 def code_hash() -> str:
     """The project's code a donor is made by (any change there trains the kept donors anew)."""
     paths = [ROOT.parent / d for d in DONOR_CODE]
-    files = sorted(f for p in paths for f in (p.rglob("*.py") if p.is_dir() else [p]))
+    # .cc: the native schedule-graph walker (calo/native)
+    files = sorted(f for p in paths for f in ([*p.rglob("*.py"), *p.rglob("*.cc")]
+                                              if p.is_dir() else [p]))
     digest = hashlib.sha256()
     for f in files:
         digest.update(str(f.relative_to(ROOT.parent)).encode() + f.read_bytes())
