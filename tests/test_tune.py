@@ -2,12 +2,13 @@ import json
 import math
 
 import numpy as np
+import pytest
 import torch
 import tvm
 from mlflow.tracking import MlflowClient
 from tvm.s_tir import meta_schedule as ms
 
-from calo import costmodel, paths
+from calo import costmodel, native, paths
 from calo.records import iter_records
 from calo.tasks.tune import (
     best_so_far,
@@ -127,6 +128,8 @@ def test_cost_model_scores_and_decaying_kappa(params, calibrated):
 
 
 def test_cost_model_extracts_each_program_once_per_search(params, calibrated, monkeypatch):
+    """With the Python walker: programs are hashed and each one's graph made once."""
+    monkeypatch.setattr(native, "_walker", None)
     model = load_tuning_model(params, TARGET)
     ctx, cands, results = _mm64_candidates(params)
     first = model.predict(ctx, cands)
@@ -147,6 +150,25 @@ def test_cost_model_extracts_each_program_once_per_search(params, calibrated, mo
     fresh = real(model.trained.graph_kind, ctx.mod, ctx.target, cands)
     assert all(np.array_equal(a.x, b.x) and np.array_equal(a.edge_index, b.edge_index)
                for a, b in zip(model.featurize(ctx, cands), fresh))
+
+
+def test_with_the_native_walker_scoring_walks_every_candidate_and_hashes_none(
+        params, calibrated, monkeypatch):
+    if native.walker() is None:
+        pytest.skip("the native walker does not build here")
+    model = load_tuning_model(params, TARGET)
+    ctx, cands, results = _mm64_candidates(params)
+    hashed = []
+    real = costmodel.program_keys
+    monkeypatch.setattr(costmodel, "program_keys", lambda c: hashed.extend(c) or real(c))
+    first = model.predict(ctx, cands)
+    assert hashed == [] and not model.graphs_of   # nothing looked up, nothing kept
+    with native.off():
+        python_scores = load_tuning_model(params, TARGET).predict(ctx, cands)
+    assert np.array_equal(first, python_scores)
+    hashed.clear()   # the Python walker's scoring hashed them
+    model.update(ctx, cands, results)   # the measured candidates' graphs, kept for updates
+    assert len(hashed) == len(cands) and len(model.graphs_of) == len(set(real(cands)))
 
 
 def test_online_updates_take_the_finetune_rules_row_for_what_was_measured(params, calibrated):
