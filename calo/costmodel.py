@@ -33,10 +33,12 @@ from calo.records import latency_of, target_key
 from calo.schedule_graph import ScheduleGraph
 
 ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of this search
-# Graphs and per-store rows kept per search, by program (its structural hash): a mutation often
-# lands on a program an earlier generation or round already scored, and every measured candidate
-# was scored before it is learned from; hashing a program costs far less than extracting it.
-# Bounded so a long search cannot grow without limit (a few KB per program).
+# Graphs and per-store rows kept per search, by program (its structural hash), for the online
+# update's measured candidates and for scoring where the Python walker runs: a mutation often
+# lands on a program an earlier generation or round already scored, and hashing a program costs
+# far less than the Python walker's extraction (not than the native walker's: with it, scoring
+# walks every candidate and keeps nothing). Bounded so a long search cannot grow without limit
+# (a few KB per program).
 MAX_CACHED_PROGRAMS = 50_000
 # Scores are exp(reference - bound); the exponent is clipped so that no score overflows.
 MAX_LOG_SCORE = 300.0
