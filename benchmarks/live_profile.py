@@ -113,7 +113,7 @@ def main() -> None:
               "model": str(args.model), "runs": {}}
     for seed in range(args.seeds):
         seeded = settings.override({"tune.max_trials": args.trials, "tune.seed": seed})
-        for method in ("xgb", "calo", "calo-python")[:3 if args.python_walker_too else 2]:
+        for method in ["xgb", "calo"] + (["calo-python"] if args.python_walker_too else []):
             SPENT.clear()
             CALLS.clear()
             SCORED.clear()
