@@ -28,6 +28,7 @@ from calo.compute import training_device
 from calo.correction import fit_residuals
 from calo.dataset import collate, collate_union, to_data
 from calo.graphs import of_candidates, union_of_candidates
+from calo.memory import keep_freed_memory
 from calo.models.training import Anchor, recenter, train_step, workload_batches
 from calo.records import latency_of, target_key
 from calo.schedule_graph import ScheduleGraph
@@ -50,6 +51,7 @@ class CaloCostModel(PyCostModel):
                  update_steps: int, finetune: cfg.Finetune, train: cfg.Train,
                  constant_kappa: float | None = None, seed: int = 0, correct_top: int = 0):
         super().__init__()
+        keep_freed_memory()   # scoring's tensors would otherwise fault their pages in every call
         self.trained = trained
         self.model = trained.net
         self.kappa_c, self.kappa_offset, self.constant_kappa = kappa_c, kappa_offset, constant_kappa

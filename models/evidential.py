@@ -207,12 +207,17 @@ class RelationSegments:
     """
 
     def __init__(self, edge_index: Tensor, edge_type: Tensor, num_nodes: int, num_relations: int):
-        key = edge_type * num_nodes + edge_index[1]  # sorted by relation, then by target
-        keys, self.slot, counts = torch.unique(key, return_inverse=True, return_counts=True)
+        # Slots are the (relation, target) pairs with edges, sorted by relation, then by target:
+        # counted over the dense pair space rather than sorted (torch.unique), which costs more
+        # than the layers' aggregation at a search population's size.
+        key = edge_type * num_nodes + edge_index[1]
+        edges_of = torch.bincount(key, minlength=num_relations * num_nodes)
+        keys = edges_of.nonzero().squeeze(1)
+        self.slot = (edges_of > 0).cumsum(0)[key] - 1
         self.source, self.target = edge_index[0], keys % num_nodes
-        self.inv_count = (1.0 / counts).unsqueeze(-1)
-        bounds = torch.searchsorted(keys // num_nodes, torch.arange(num_relations + 1))
-        self.bounds = bounds.tolist()
+        self.inv_count = (1.0 / edges_of[keys]).unsqueeze(-1)
+        slots_per_relation = (edges_of.view(num_relations, num_nodes) > 0).sum(1)
+        self.bounds = [0, *slots_per_relation.cumsum(0).tolist()]
 
     def aggregate(self, h: Tensor, weights: list[Tensor], out: Tensor) -> Tensor:
         """out + sum over relations r of W_r (mean of h over the r-neighbours), per node."""

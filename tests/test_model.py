@@ -380,6 +380,13 @@ def test_fused_relation_aggregation_equals_one_sageconv_per_relation():
     fused = segments.aggregate(h, [conv.lin_l.weight for conv in convs], root.clone())
     assert torch.allclose(fused, expected, atol=1e-6)
     assert not torch.allclose(fused, root)  # the check is not vacuous
+    # The slots are the sorted distinct (relation, target) pairs, as torch.unique gives them,
+    # so each slot sums its edges in the same order as a sort-based construction would.
+    keys, slot, counts = torch.unique(edge_type * nodes + edge_index[1], return_inverse=True,
+                                      return_counts=True)
+    assert torch.equal(segments.slot, slot) and torch.equal(segments.target, keys % nodes)
+    assert torch.equal(segments.inv_count.squeeze(1), 1.0 / counts)
+    assert segments.bounds == [0, 3, 5, 5, 7]
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

@@ -1,5 +1,6 @@
 import json
 import math
+import platform
 
 import numpy as np
 import pytest
@@ -125,6 +126,19 @@ def test_cost_model_scores_and_decaying_kappa(params, calibrated):
     # The fine-tune rule's row for a few records: every layer adapts.
     assert any(k.startswith("head.") for k in changed)
     assert any(not k.startswith("head.") for k in changed)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_a_cost_model_keeps_freed_memory_for_the_next_population(params, calibrated):
+    import ctypes
+
+    from calo import memory
+
+    load_tuning_model(params, TARGET)
+    assert memory._done and memory.keep_freed_memory()
+    # The threshold it set is one glibc accepts: one above glibc's ceiling is refused.
+    mallopt = ctypes.CDLL(None).mallopt
+    assert mallopt(-3, memory.MMAP_THRESHOLD) == 1 and mallopt(-3, memory.MMAP_THRESHOLD + 1) == 0
 
 
 def test_cost_model_extracts_each_program_once_per_search(params, calibrated, monkeypatch):
