@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (malloc.h)
-MMAP_THRESHOLD = 32 << 20   # glibc's largest allowed on 64-bit systems
+MMAP_THRESHOLD = 32 << 20   # above any one tensor of a population's forward
 TRIM_THRESHOLD = 512 << 20  # freed heap kept before any is returned to the system
 
 _done = False
