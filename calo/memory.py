@@ -9,7 +9,6 @@ both thresholds keeps the pages mapped. Other allocators are left as they are.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (malloc.h)
 MMAP_THRESHOLD = 32 << 20   # above any one tensor of a population's forward
@@ -25,8 +24,8 @@ def keep_freed_memory() -> bool:
     if _done:
         return True
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        mallopt = libc.mallopt
+        # The process's own symbols: no library search (find_library runs ldconfig).
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):
         return False
     _done = (mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
