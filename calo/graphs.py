@@ -66,8 +66,7 @@ def union_of_candidates(kind: str, target, candidates: list) -> native.Union | N
     walk or where it does not build."""
     if _module(kind) is not schedule_graph:
         return None
-    return schedule_graph.extract_union([c.sch.mod["main"] for c in candidates],
-                                        target if kind in DEVICE_KINDS else None)
+    return schedule_graph.extract_union(candidates, target if kind in DEVICE_KINDS else None)
 
 
 def graph_set(kind: str, records: Iterable, on_graph: Callable[[], None] = lambda: None,

@@ -234,13 +234,14 @@ def extract_graphs(funcs: list[tirx.PrimFunc], target=None) -> list[ScheduleGrap
             for r, n, e, m in zip(rows, union.nodes, edges, union.edges)]
 
 
-def extract_union(funcs: list[tirx.PrimFunc], target=None) -> native.Union | None:
-    """The graphs of funcs concatenated, from the native walker (None where it does not
-    build): what a batch is made of, without a Python object per graph."""
+def extract_union(programs: list, target=None) -> native.Union | None:
+    """The graphs of programs (PrimFuncs, or MeasureCandidates: their scheduled "main")
+    concatenated, from the native walker (None where it does not build): what a batch is made
+    of, without a Python object per graph."""
     if native.walker() is None:
         return None
     device = device_of(target)
-    return native.extract(funcs, list(FEATURES), device.cores, device.vector_bytes,
+    return native.extract(programs, list(FEATURES), device.cores, device.vector_bytes,
                           target is not None)
 
 

@@ -389,6 +389,26 @@ def test_fused_relation_aggregation_equals_one_sageconv_per_relation():
     assert segments.bounds == [0, 3, 5, 5, 7]
 
 
+def test_scoring_aggregates_exactly_as_training_does():
+    """Without gradients the relations' messages are added in one call: the same sums in the
+    same order, so a scored candidate gets the number a trained model's evaluation gave it."""
+    from calo.models.evidential import RelationSegments
+
+    torch.manual_seed(1)
+    nodes, relations, hidden, edges = 3000, 8, 64, 4000
+    edge_index = torch.randint(0, nodes, (2, edges))
+    edge_type = torch.randint(0, relations, (edges,))
+    weights = [torch.randn(hidden, hidden) for _ in range(relations)]
+    h, root = torch.randn(nodes, hidden), torch.randn(nodes, hidden)
+    segments = RelationSegments(edge_index, edge_type, nodes, relations)
+    with torch.enable_grad():
+        trained = segments.aggregate(h.requires_grad_(), weights, root.clone())
+    with torch.inference_mode():
+        scored = segments.aggregate(h.detach(), weights, root.clone())
+    assert trained.requires_grad and not scored.requires_grad  # both paths ran
+    assert torch.equal(trained.detach(), scored)
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_fast_weights_make_the_regression_loss_a_weighted_mean(deterministic):
     from calo.models.evidential import cost_loss

@@ -76,9 +76,31 @@ def test_the_union_is_the_graphs_concatenated(programs):
 
 
 @needs_native
-def test_a_wrong_input_is_named(programs):
-    with pytest.raises(Exception, match="expected a tirx.PrimFunc, got ir.IRModule"):
-        native.extract([tvm.IRModule({"main": programs[0][1]})], list(FEATURES), 1, 0, False)
+def test_a_module_is_walked_as_its_main_function(programs):
+    funcs = [func for _, func, _ in programs[:8]]
+    modules = [tvm.IRModule({"main": func}) for func in funcs]
+    assert np.array_equal(extract_union(modules).x, extract_union(funcs).x)
+
+
+@needs_native
+def test_a_wrong_input_is_named():
+    with pytest.raises(Exception, match="expected a tirx.PrimFunc, got ir.IntImm"):
+        native.extract([tvm.tirx.IntImm("int32", 1)], list(FEATURES), 1, 0, False)
+
+
+@needs_native
+def test_the_walk_shares_torchs_openmp_runtime():
+    """Built with OpenMP, the walker's threads are the workers torch's forward leaves spinning,
+    not a second runtime's competing with them for the cores."""
+    import torch  # noqa: F401 - torch's libgomp.so.1 is loaded first, as in a search
+
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        pytest.skip("no /proc/self/maps to read the loaded libraries from")
+    assert b"libgomp.so.1" in native.library_path().read_bytes()  # it links OpenMP
+    runtimes = {line.split()[-1] for line in maps.read_text().splitlines()
+                if line.endswith("/libgomp.so.1")}
+    assert len(runtimes) == 1, runtimes
 
 
 def test_the_python_walker_runs_where_the_native_one_does_not_build(monkeypatch, tmp_path,

@@ -28,6 +28,9 @@ from tvm_ffi import libinfo
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("schedule_graph.cc")
 FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread")
+# Tried first: the walk's threads are then the OpenMP runtime's that torch runs (see
+# ExtractGraphs); a compiler without OpenMP builds it with threads of its own.
+OPENMP = ("-fopenmp",)
 # Fewer graphs than this per thread are walked on one: starting a thread costs about as much.
 GRAPHS_PER_THREAD = 32
 
@@ -52,7 +55,7 @@ def cache_dir() -> Path:
 def library_path() -> Path:
     """Where the walker built from this source for this tvm-ffi lives."""
     key = hashlib.sha256(SOURCE.read_bytes() + tvm_ffi.__version__.encode()
-                         + " ".join(FLAGS).encode()).hexdigest()[:16]
+                         + " ".join(FLAGS + OPENMP).encode()).hexdigest()[:16]
     return cache_dir() / f"schedule_graph-{key}.so"
 
 
@@ -65,26 +68,33 @@ def build() -> Path:
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if compiler is None:
         raise RuntimeError("no C++ compiler (c++ or g++ on PATH, or CXX)")
-    ffi_lib = Path(libinfo.find_libtvm_ffi())
     path.parent.mkdir(parents=True, exist_ok=True)
     # Built beside its final name and renamed: processes that build at once each get a whole
     # library, never a half-written one.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
-    command = [compiler, *FLAGS, f"-I{libinfo.find_include_path()}",
-               f"-I{libinfo.find_dlpack_include_path()}", str(SOURCE), "-o", tmp,
+    try:
+        error = _compile(compiler, FLAGS + OPENMP, tmp)
+        if error is not None and _compile(compiler, FLAGS, tmp) is not None:
+            raise RuntimeError(f"{compiler} failed:\n{error}")
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def _compile(compiler: str, flags: tuple[str, ...], out: str) -> str | None:
+    """Compile the walker into out; the compiler's message where it fails."""
+    ffi_lib = Path(libinfo.find_libtvm_ffi())
+    command = [compiler, *flags, f"-I{libinfo.find_include_path()}",
+               f"-I{libinfo.find_dlpack_include_path()}", str(SOURCE), "-o", out,
                f"-L{ffi_lib.parent}", f"-l{ffi_lib.stem.removeprefix('lib')}",
                f"-Wl,-rpath,{ffi_lib.parent}"]
     try:
         done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{compiler} failed:\n{done.stderr.strip()[-2000:]}")
-        os.replace(tmp, path)
     except OSError as err:
-        raise RuntimeError(f"{compiler}: {err}") from err
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+        return str(err)
+    return None if done.returncode == 0 else done.stderr.strip()[-2000:]
 
 
 def walker():
@@ -113,12 +123,13 @@ def off() -> Iterator[None]:
         _walker = saved
 
 
-def extract(funcs: list, features: list[str], cores: int, vector_bytes: int,
+def extract(programs: list, features: list[str], cores: int, vector_bytes: int,
             with_device: bool) -> Union:
-    """Graphs of funcs in one call (walker() must not be None), over the machine's cores
-    where there are enough of them to share."""
-    threads = min(os.cpu_count() or 1, max(len(funcs) // GRAPHS_PER_THREAD, 1))
-    out = walker()(funcs, features, cores, vector_bytes, with_device, threads)
+    """Graphs of programs (PrimFuncs, IRModules or MeasureCandidates: their "main" function)
+    in one call (walker() must not be None), over the machine's cores where there are enough
+    of them to share."""
+    threads = min(os.cpu_count() or 1, max(len(programs) // GRAPHS_PER_THREAD, 1))
+    out = walker()(programs, features, cores, vector_bytes, with_device, threads)
     x, src, dst, edge_type, nodes, edges = (  # copies: arrays over bytes are read-only
         np.frombuffer(part, dtype=np.float32 if i == 0 else np.int64).copy()
         for i, part in enumerate(out))

@@ -8,7 +8,9 @@
 // (tests/test_native.py compares the two on real candidates). The Python walker is the
 // specification; a change to one is a change to both.
 //
-// extract_graphs(funcs, feature_names, cores, vector_bytes, with_device, threads) returns
+// extract_graphs(programs, feature_names, cores, vector_bytes, with_device, threads) walks each
+// program (a PrimFunc, or the "main" function of an IRModule or of a MeasureCandidate's
+// scheduled module) and returns
 // [x float32 [N, F], src int64 [E], dst int64 [E], edge_type int64 [E], nodes int64 [G],
 // edges int64 [G]] as byte strings: every graph's rows and edges concatenated, node ids local
 // to their graph.
@@ -20,6 +22,8 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -152,7 +156,8 @@ struct Tir {
   Type func{"tirx.PrimFunc"}, stmt{"tirx.Stmt"}, seq{"tirx.SeqStmt"}, loop{"tirx.For"},
       branch{"tirx.IfThenElse"}, realize{"s_tir.SBlockRealize"}, block{"s_tir.SBlock"},
       iter_var{"tirx.IterVar"}, range{"ir.Range"}, region{"ir.TensorRegion"}, var{"ir.Var"},
-      int_imm{"ir.IntImm"}, buffer_type{"tirx.BufferType"}, prim_type{"ir.PrimType"};
+      int_imm{"ir.IntImm"}, buffer_type{"tirx.BufferType"}, prim_type{"ir.PrimType"},
+      module{"ir.IRModule"};
   const TVMFFIFieldInfo *func_params = func["params"], *func_body = func["body"],
                         *seq_seq = seq["seq"], *branch_then = branch["then_case"],
                         *branch_else = branch["else_case"], *loop_var = loop["loop_var"],
@@ -270,6 +275,16 @@ class Extractor {
     Normalize(with_device);
     nodes_.push_back(Rows());
     edges_.push_back(static_cast<int64_t>(src_.size() - first_edge_));
+  }
+
+  // Room for `graphs` graphs the size of those walked so far, and a quarter more: growing the
+  // outputs as they fill copies them and faults in fresh pages each time.
+  void Reserve(size_t graphs) {
+    size_t walked = std::max<size_t>(nodes_.size(), 1);
+    for (auto* v : {&src_, &dst_, &etype_}) v->reserve(v->size() * graphs * 5 / 4 / walked);
+    x_.reserve(x_.size() * graphs * 5 / 4 / walked);
+    nodes_.reserve(graphs);
+    edges_.reserve(graphs);
   }
 
   // Another slice's graphs after this one's (node ids are local to their graph).
@@ -525,20 +540,7 @@ class Extractor {
       if (std::find(out->begin(), out->end(), expr) == out->end()) out->push_back(expr);
       return;
     }
-    auto found = operands_of_.find(expr->type_index());
-    if (found == operands_of_.end()) {
-      std::vector<const TVMFFIFieldInfo*> operands;
-      std::vector<const TVMFFITypeInfo*> chain;
-      ForEachType(expr->type_index(), [&](const TVMFFITypeInfo* t) { chain.push_back(t); });
-      for (auto t = chain.rbegin(); t != chain.rend(); ++t) {  // base fields first
-        for (int32_t i = 0; i < (*t)->num_fields; ++i) {
-          std::string_view name((*t)->fields[i].name.data, (*t)->fields[i].name.size);
-          if (name != "span" && name != "ty" && name != "op") operands.push_back(&(*t)->fields[i]);
-        }
-      }
-      found = operands_of_.emplace(expr->type_index(), std::move(operands)).first;
-    }
-    for (const TVMFFIFieldInfo* field : found->second) {
+    for (const TVMFFIFieldInfo* field : OperandsOf(expr->type_index())) {
       const Object* value = Obj(expr, field);
       if (value != nullptr && value->type_index() == ffi::TypeIndex::kTVMFFIArray) {
         for (const Any& item : ItemsOf(expr, field)) Vars(ObjectOf(item), out);
@@ -546,6 +548,28 @@ class Extractor {
         Vars(value, out);
       }
     }
+  }
+
+  // The fields of an expression type that can hold a variable, base fields first: not its span,
+  // type or operator, nor a plain value (a dtype, an integer) that no variable can be.
+  const std::vector<const TVMFFIFieldInfo*>& OperandsOf(int32_t type) {
+    if (static_cast<size_t>(type) >= operands_of_.size()) operands_of_.resize(type + 1);
+    std::unique_ptr<std::vector<const TVMFFIFieldInfo*>>& found = operands_of_[type];
+    if (found == nullptr) {
+      found = std::make_unique<std::vector<const TVMFFIFieldInfo*>>();
+      std::vector<const TVMFFITypeInfo*> chain;
+      ForEachType(type, [&](const TVMFFITypeInfo* t) { chain.push_back(t); });
+      for (auto t = chain.rbegin(); t != chain.rend(); ++t) {
+        for (int32_t i = 0; i < (*t)->num_fields; ++i) {
+          const TVMFFIFieldInfo& field = (*t)->fields[i];
+          std::string_view name(field.name.data, field.name.size);
+          bool plain = field.field_static_type_index >= 0 &&
+                       field.field_static_type_index < ffi::TypeIndex::kTVMFFIStaticObjectBegin;
+          if (name != "span" && name != "ty" && name != "op" && !plain) found->push_back(&field);
+        }
+      }
+    }
+    return *found;
   }
 
   // calo.schedule_graph._mark_accesses
@@ -672,7 +696,7 @@ class Extractor {
   ffi::Function storage_scope_;
   std::unordered_map<const Object*, BufferInfo> infos_;  // the call's funcs keep them alive
   std::unordered_map<int32_t, const TVMFFIFieldInfo*> body_of_;
-  std::unordered_map<int32_t, std::vector<const TVMFFIFieldInfo*>> operands_of_;
+  std::vector<std::unique_ptr<std::vector<const TVMFFIFieldInfo*>>> operands_of_;  // by type
   // the graph being walked
   size_t first_row_ = 0, first_edge_ = 0;
   std::unordered_map<std::string, int64_t> buffer_nodes_;
@@ -685,10 +709,37 @@ class Extractor {
 };
 
 // The graphs of funcs, walked by up to `threads` threads over contiguous slices (TVM's nodes are
-// only read; reference counts are atomic), joined in order.
-Array<Any> ExtractGraphs(const Array<ObjectRef>& funcs, const Array<ffi::String>& feature_names,
+// only read; reference counts are atomic), joined in order. Built with OpenMP, the threads are
+// the OpenMP runtime's that torch already runs (one libgomp.so.1 per process): after a forward,
+// its workers spin awake for milliseconds, and threads of our own would share the cores with
+// them.
+// The PrimFunc of each program: a search's candidates are read here, not one FFI call at a time
+// from Python.
+std::vector<ObjectRef> FuncsOf(const Array<ObjectRef>& programs) {
+  const Tir& tir = TheTir();
+  std::vector<ObjectRef> funcs;
+  funcs.reserve(programs.size());
+  std::optional<ffi::Function> get_mod, lookup;
+  for (ObjectRef program : programs) {
+    if (TypeKey(program.get()) == "s_tir.meta_schedule.MeasureCandidate") {
+      if (!get_mod) get_mod = ffi::Function::GetGlobalRequired("s_tir.schedule.ScheduleGetMod");
+      static const TVMFFIFieldInfo* sch = FindField(program->type_index(), "sch");
+      program = (*get_mod)(Read(program.get(), sch)).cast<ObjectRef>();
+    }
+    if (program->type_index() == tir.module.index) {
+      if (!lookup) lookup = ffi::Function::GetGlobalRequired("ir.Module_Lookup_str");
+      program = (*lookup)(program, "main").cast<ObjectRef>();
+    }
+    funcs.push_back(std::move(program));
+  }
+  return funcs;
+}
+
+Array<Any> ExtractGraphs(const Array<ObjectRef>& programs,
+                         const Array<ffi::String>& feature_names,
                          int64_t cores, int64_t vector_bytes, bool with_device,
                          int64_t threads) {
+  std::vector<ObjectRef> funcs = FuncsOf(programs);
   size_t n = funcs.size();
   size_t parts = static_cast<size_t>(std::clamp<int64_t>(threads, 1, std::max<size_t>(n, 1)));
   std::vector<Extractor> slices;
@@ -696,17 +747,24 @@ Array<Any> ExtractGraphs(const Array<ObjectRef>& funcs, const Array<ffi::String>
   std::vector<std::exception_ptr> errors(parts);
   auto run = [&](size_t p) {
     try {
-      for (size_t i = n * p / parts; i < n * (p + 1) / parts; ++i) {
+      size_t first = n * p / parts, end = n * (p + 1) / parts;
+      for (size_t i = first; i < end; ++i) {
         slices[p].Extract(funcs[i].get(), with_device);
+        if (i == first) slices[p].Reserve(end - first);
       }
     } catch (...) {
       errors[p] = std::current_exception();
     }
   };
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(parts))
+  for (size_t p = 0; p < parts; ++p) run(p);
+#else
   std::vector<std::thread> workers;
   for (size_t p = 1; p < parts; ++p) workers.emplace_back(run, p);
   run(0);
   for (std::thread& worker : workers) worker.join();
+#endif
   for (const std::exception_ptr& error : errors) {
     if (error) std::rethrow_exception(error);
   }
