@@ -118,6 +118,16 @@ def test_the_python_walker_runs_where_the_native_one_does_not_build(monkeypatch,
     assert not list(tmp_path.rglob("*.so"))  # nothing half-built left behind
 
 
+@needs_native
+def test_a_compiler_without_openmp_builds_the_walker_with_threads_of_its_own(monkeypatch,
+                                                                           tmp_path):
+    monkeypatch.setenv("CALO_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "OPENMP", ("-fno-such-openmp-option",))
+    built = native.build()
+    assert built.is_file() and b"libgomp.so.1" not in built.read_bytes()
+    assert [p.name for p in built.parent.iterdir()] == [built.name]  # no half-built file left
+
+
 def test_calo_native_0_turns_it_off(monkeypatch):
     monkeypatch.setenv("CALO_NATIVE", "0")
     monkeypatch.setattr(native, "_walker", None)
