@@ -42,18 +42,17 @@ def collate(graphs: list[ScheduleGraph]) -> tuple:
     population's size (hundreds of small graphs) the generic collation costs more than the
     model's forward pass.
     """
-    sizes = np.array([len(g.x) for g in graphs])
-    offsets = np.repeat(np.cumsum(sizes) - sizes, [g.edge_index.shape[1] for g in graphs])
+    union = Union(np.concatenate([g.x for g in graphs]),
+                  np.concatenate([g.edge_index for g in graphs], axis=1),
+                  np.concatenate([g.edge_type for g in graphs]),
+                  np.array([len(g.x) for g in graphs]),
+                  np.array([g.edge_index.shape[1] for g in graphs]))
     stores = stores_batch = None
     if graphs and graphs[0].stores is not None:
         stores = torch.from_numpy(np.concatenate([g.stores for g in graphs]))
         stores_batch = torch.from_numpy(np.repeat(np.arange(len(graphs)),
                                                   [len(g.stores) for g in graphs]))
-    return (torch.from_numpy(np.concatenate([g.x for g in graphs])),
-            torch.from_numpy(np.concatenate([g.edge_index for g in graphs], axis=1) + offsets),
-            torch.from_numpy(np.concatenate([g.edge_type for g in graphs])),
-            torch.from_numpy(np.repeat(np.arange(len(graphs)), sizes)),
-            len(graphs), stores, stores_batch)
+    return (*collate_union(union)[:5], stores, stores_batch)
 
 
 def collate_union(union: Union) -> tuple:
