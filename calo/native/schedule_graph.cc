@@ -724,6 +724,9 @@ std::vector<ObjectRef> FuncsOf(const Array<ObjectRef>& programs) {
     if (TypeKey(program.get()) == "s_tir.meta_schedule.MeasureCandidate") {
       if (!get_mod) get_mod = ffi::Function::GetGlobalRequired("s_tir.schedule.ScheduleGetMod");
       static const TVMFFIFieldInfo* sch = FindField(program->type_index(), "sch");
+      if (sch == nullptr) {
+        TVM_FFI_THROW(AttributeError) << "TVM's MeasureCandidate has no field `sch`";
+      }
       program = (*get_mod)(Read(program.get(), sch)).cast<ObjectRef>();
     }
     if (program->type_index() == tir.module.index) {
