@@ -31,7 +31,8 @@ FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread")
 # Tried first: the walk's threads are then the OpenMP runtime's that torch runs (see
 # ExtractGraphs); a compiler without OpenMP builds it with threads of its own.
 OPENMP = ("-fopenmp",)
-# Fewer graphs than this per thread are walked on one: starting a thread costs about as much.
+# Fewer graphs than this per thread are walked on one: handing a slice to another thread costs
+# about as much.
 GRAPHS_PER_THREAD = 32
 
 
@@ -74,8 +75,12 @@ def build() -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
+        # Where both builds fail, the second's message is the one that says why: the first
+        # may only have lacked OpenMP.
         error = _compile(compiler, FLAGS + OPENMP, tmp)
-        if error is not None and _compile(compiler, FLAGS, tmp) is not None:
+        if error is not None:
+            error = _compile(compiler, FLAGS, tmp)
+        if error is not None:
             raise RuntimeError(f"{compiler} failed:\n{error}")
         os.replace(tmp, path)
     finally:

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -74,9 +75,10 @@ Any Read(const Object* obj, const TVMFFIFieldInfo* field) {
   return out;
 }
 
-std::string TypeKey(const Object* obj) {
+// A view of the type table's own key: comparing it allocates nothing.
+std::string_view TypeKey(const Object* obj) {
   const TVMFFIByteArray& key = TVMFFIGetTypeInfo(obj->type_index())->type_key;
-  return std::string(key.data, key.size);
+  return std::string_view(key.data, key.size);
 }
 
 bool IsA(const Object* obj, int32_t base) {
@@ -696,7 +698,9 @@ class Extractor {
   ffi::Function storage_scope_;
   std::unordered_map<const Object*, BufferInfo> infos_;  // the call's funcs keep them alive
   std::unordered_map<int32_t, const TVMFFIFieldInfo*> body_of_;
-  std::vector<std::unique_ptr<std::vector<const TVMFFIFieldInfo*>>> operands_of_;  // by type
+  // By type index; each list behind a pointer, so that Vars can recurse (and grow this) while
+  // it iterates over one.
+  std::vector<std::unique_ptr<std::vector<const TVMFFIFieldInfo*>>> operands_of_;
   // the graph being walked
   size_t first_row_ = 0, first_edge_ = 0;
   std::unordered_map<std::string, int64_t> buffer_nodes_;
@@ -708,11 +712,6 @@ class Extractor {
   std::vector<int64_t> src_, dst_, etype_, nodes_, edges_;
 };
 
-// The graphs of funcs, walked by up to `threads` threads over contiguous slices (TVM's nodes are
-// only read; reference counts are atomic), joined in order. Built with OpenMP, the threads are
-// the OpenMP runtime's that torch already runs (one libgomp.so.1 per process): after a forward,
-// its workers spin awake for milliseconds, and threads of our own would share the cores with
-// them.
 // The PrimFunc of each program: a search's candidates are read here, not one FFI call at a time
 // from Python.
 std::vector<ObjectRef> FuncsOf(const Array<ObjectRef>& programs) {
@@ -738,6 +737,11 @@ std::vector<ObjectRef> FuncsOf(const Array<ObjectRef>& programs) {
   return funcs;
 }
 
+// The graphs of programs, walked by up to `threads` threads over contiguous slices (TVM's nodes
+// are only read; reference counts are atomic), joined in order. Built with OpenMP, the threads
+// are the OpenMP runtime's that torch already runs (one libgomp.so.1 per process): after a
+// forward, its workers spin awake for milliseconds, and threads of our own would share the
+// cores with them.
 Array<Any> ExtractGraphs(const Array<ObjectRef>& programs,
                          const Array<ffi::String>& feature_names,
                          int64_t cores, int64_t vector_bytes, bool with_device,
