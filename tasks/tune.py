@@ -27,7 +27,7 @@ from calo.devices import make_target, preload_tensor_intrinsics
 from calo.errors import CaloError
 from calo.log import get_logger
 from calo.measure import close_builder, make_builder, make_runner
-from calo.records import iter_records, latency_of
+from calo.records import candidate_id, iter_records, latency_of
 from calo.workloads import create_mod
 
 MODELS = ("calo", "xgb")
@@ -44,17 +44,21 @@ def load_tuning_model(settings: cfg.Settings, device: str) -> CaloCostModel:
 
 @derived_object
 class Timeline(PyMeasureCallback):
-    """Each measured batch's time since tuning started, its task, and its latencies."""
+    """Each measured batch's time since tuning started, its task, and its latencies; and,
+    beside each batch, which schedules it measured (`schedules`: a candidate id per trial)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.start = time.monotonic()
         self.events: list[tuple[float, int, list[float | None]]] = []
+        self.schedules: list[list[str]] = []
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         secs = [latency_of(r) if r.error_msg is None else None for r in runner_results]
         self.events.append((time.monotonic() - self.start, int(task_id), secs))
+        self.schedules.append([candidate_id(str(task_id), c.sch.trace)
+                               for c in measure_candidates])
 
 
 def best_so_far(latencies: list[float | None]) -> list[float]:

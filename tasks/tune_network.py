@@ -11,6 +11,9 @@ While tuning, the tuned tasks' latency (the sum over tasks of weight x best late
 the task scheduler minimizes) is followed against tuning time, once every tuned task has a
 measurement: "time to XGBoost's final latency" compares it, and the best-so-far plot shows the
 end-to-end latency it implies (the measured final network minus its tuned tasks, plus them).
+A schedule both runs measured counts in both at the mean of all its measurements: one
+schedule's latency can differ by a third between two measurement sessions, and a task with a
+single schedule (nothing for a model to choose) would otherwise decide the comparison.
 """
 
 from __future__ import annotations
@@ -44,6 +47,26 @@ from calo.tasks.tune import Timeline, evolutionary_search, quiet_tvm_logging
 
 MODELS = ("calo", "xgb")
 VARIANTS = ("untuned", *MODELS)
+
+
+def pooled_latencies(runs: dict[str, dict]) -> dict[tuple[int, str], float]:
+    """Each (task, schedule)'s mean latency over every successful measurement of it, by any
+    of the runs."""
+    measured: dict[tuple[int, str], list[float]] = {}
+    for run in runs.values():
+        for (_, task_id, secs), ids in zip(run["events"], run["schedules"]):
+            for s, sid in zip(secs, ids):
+                if s is not None:
+                    measured.setdefault((task_id, sid), []).append(s)
+    return {key: sum(v) / len(v) for key, v in measured.items()}
+
+
+def pooled_events(run: dict, pooled: dict[tuple[int, str], float]) -> list:
+    """The run's events with each successful measurement replaced by its schedule's pooled
+    latency."""
+    return [(t, task_id, [None if s is None else pooled[task_id, sid]
+                          for s, sid in zip(secs, ids)])
+            for (t, task_id, secs), ids in zip(run["events"], run["schedules"])]
 
 
 def weighted_curve(events: list, weights: list[float]) -> list[tuple[float, float]]:
@@ -84,13 +107,25 @@ def _tune(settings: cfg.Settings, device: str, tuned: list[Task], cost_model, wo
     finally:
         close_builder(builder)
     wall = time.monotonic() - start
-    measured = sum(len(secs) for _, _, secs in timeline.events)
-    curve = weighted_curve(timeline.events, [t.weight for t in tuned])
-    per_task = [[s for _, i, secs in timeline.events if i == k for s in secs]
-                for k in range(len(tuned))]
-    return {"database": database, "wall_s": wall, "trials": measured, "curve": curve,
-            "task_trials": [len(m) for m in per_task],
-            "best_s": [min((s for s in m if s is not None), default=None) for m in per_task]}
+    return {"database": database, "wall_s": wall, "events": timeline.events,
+            "schedules": timeline.schedules,
+            "trials": sum(len(secs) for _, _, secs in timeline.events)}
+
+
+def scored(runs: dict[str, dict], weights: list[float], pool: bool = True) -> dict[str, dict]:
+    """Per run, on pooled latencies (pool=False: each run's own measurements): the tuned
+    tasks' latency against time, and per task its trials and best latency."""
+    pooled = pooled_latencies(runs)
+    out = {}
+    for model, run in runs.items():
+        events = pooled_events(run, pooled) if pool else run["events"]
+        per_task = [[s for _, i, secs in events if i == k for s in secs]
+                    for k in range(len(weights))]
+        out[model] = {"curve": weighted_curve(events, weights),
+                      "task_trials": [len(m) for m in per_task],
+                      "best_s": [min((s for s in m if s is not None), default=None)
+                                 for m in per_task]}
+    return out
 
 
 def tune_network(settings: cfg.Settings, device: str, network: str, trials: int | None = None,
@@ -148,24 +183,33 @@ def tune_network(settings: cfg.Settings, device: str, network: str, trials: int 
 
 
 def _report(network: str, batch: int, trials: int, tasks: list[Task], tuned: list[Task],
-            runs: dict, latency: dict, version: str) -> dict:
+            measured: dict, latency: dict, version: str) -> dict:
     untuned = latency["untuned"]["median_s"]
-    xgb_final = runs["xgb"]["curve"][-1][1] if runs["xgb"]["curve"] else None
-    reach = (time_to_reach(runs["calo"]["curve"], xgb_final) if xgb_final is not None
-             else None)
+    weights = [t.weight for t in tuned]
+    runs = scored(measured, weights)
+    reach, unpooled = (calo_time_to_xgb_final(r)
+                       for r in (runs, scored(measured, weights, pool=False)))
     return {
         "network": network, "batch": batch, "trials_budget": trials, "model_version": version,
         "tasks": [_task_row(t, tuned, runs) for t in tasks],
         "end_to_end_us": {v: latency[v]["median_s"] * 1e6 for v in VARIANTS},
         "speedup_vs_untuned": {m: untuned / latency[m]["median_s"] for m in MODELS},
-        "tuning_wall_s": {m: runs[m]["wall_s"] for m in MODELS},
-        "trials": {m: runs[m]["trials"] for m in MODELS},
+        "tuning_wall_s": {m: measured[m]["wall_s"] for m in MODELS},
+        "trials": {m: measured[m]["trials"] for m in MODELS},
         "max_abs_diff": {v: latency[v]["max_abs_diff"] for v in VARIANTS},
         "calo_time_to_xgb_final_s": reach,
-        "calo_time_ratio_vs_xgb": (reach / runs["xgb"]["wall_s"] if reach is not None
+        "calo_time_ratio_vs_xgb": (reach / measured["xgb"]["wall_s"] if reach is not None
                                    else None),
+        # the same on each run's own measurements, as reported before pooling
+        "calo_time_ratio_vs_xgb_unpooled": (unpooled / measured["xgb"]["wall_s"]
+                                            if unpooled is not None else None),
         "curves": {m: _curve_rows(runs[m]["curve"], latency[m]["median_s"]) for m in MODELS},
     }
+
+
+def calo_time_to_xgb_final(runs: dict[str, dict]) -> float | None:
+    xgb = runs["xgb"]["curve"]
+    return time_to_reach(runs["calo"]["curve"], xgb[-1][1]) if xgb else None
 
 
 def _curve_rows(curve: list[tuple[float, float]], end_to_end: float) -> list[dict]:

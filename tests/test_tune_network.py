@@ -10,7 +10,12 @@ from calo.cli import main
 from calo.networks import BUILT_IN, load_network
 from calo.records import iter_records
 from calo.relax_build import import_network
-from calo.tasks.tune_network import time_to_reach, weighted_curve
+from calo.tasks.tune_network import (
+    calo_time_to_xgb_final,
+    scored,
+    time_to_reach,
+    weighted_curve,
+)
 from tests.conftest import TARGET
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -71,6 +76,22 @@ def test_weighted_curve_starts_once_every_task_is_measured():
     assert curve == [(4.0, 2 * 2.0 + 5.0), (5.0, 2 * 2.0 + 1.0)]
     assert time_to_reach(curve, 9.0) == 4.0
     assert time_to_reach(curve, 4.0) is None
+
+
+def test_a_schedule_both_runs_measured_counts_alike_in_both():
+    # Task 0 has one schedule, "a", measured at 1.0 by CALO's run and 3.0 by XGBoost's: alone
+    # it would decide the comparison. Task 1's schedules differ between the runs.
+    runs = {"calo": {"events": [(1.0, 0, [1.0]), (2.0, 1, [4.0, None])],
+                     "schedules": [["a"], ["b", "c"]]},
+            "xgb": {"events": [(1.0, 0, [3.0]), (2.0, 1, [2.0])], "schedules": [["a"], ["d"]]}}
+    pooled = scored(runs, [1.0, 1.0])
+    assert pooled["calo"]["curve"] == [(2.0, 2.0 + 4.0)]
+    assert pooled["xgb"]["curve"] == [(2.0, 2.0 + 2.0)]
+    assert pooled["calo"]["best_s"] == [2.0, 4.0] and pooled["calo"]["task_trials"] == [1, 2]
+    assert calo_time_to_xgb_final(pooled) is None
+    own = scored(runs, [1.0, 1.0], pool=False)
+    assert own["calo"]["curve"] == [(2.0, 1.0 + 4.0)]
+    assert calo_time_to_xgb_final(own) == 2.0
 
 
 def test_benchmark_median_counts_a_run_that_never_reached_as_the_slowest():
