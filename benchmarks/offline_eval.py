@@ -232,6 +232,37 @@ def verdict(result: dict) -> dict:
     return out
 
 
+def paired(result: dict) -> dict:
+    """Per summary metric on all held-out candidates, calo against the TVM model with the best
+    mean: the mean over workloads of the per-workload difference, its standard error, and on
+    how many workloads calo is ahead. A difference within about two standard errors is one
+    that another draw of eight workloads could reverse."""
+    per = result.get("per_workload", {})
+    names = sorted(w for w, models in per.items() if "calo" in models)
+    rivals = [m for m in (per[names[0]] if names else {}) if m != "calo"]
+    if len(names) < 2 or not rivals:
+        return {}
+    out = {}
+    for key in SUMMARY:
+        means = {m: np.mean([per[w][m][key] for w in names]) for m in rivals}
+        best = max(means, key=means.get)
+        diff = np.array([per[w]["calo"][key] - per[w][best][key] for w in names])
+        out[key] = {"rival": best, "mean_diff": float(diff.mean()),
+                    "se": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+                    "ahead": int((diff > 0).sum()), "workloads": len(diff)}
+    return out
+
+
+def print_paired(report: dict) -> None:
+    print("\ncalo minus the best TVM model, per workload (all held-out candidates): "
+          "mean +- standard error, workloads ahead")
+    for name, result in report["splits"].items():
+        cells = "; ".join(f"{k} {v['mean_diff']:+.3f} +- {v['se']:.3f} vs {v['rival']}, "
+                          f"{v['ahead']}/{v['workloads']}" for k, v in paired(result).items())
+        if cells:
+            print(f"{name:<34} {cells}")
+
+
 def same_run(a: dict, b: dict) -> bool:
     """Two reports of one evaluation: split, settings, donor pool and the donor model itself
     (its validation NLL; its training time differs from run to run)."""
@@ -292,7 +323,7 @@ def save(out: Path, report: dict) -> dict:
         fcntl.flock(lock, fcntl.LOCK_EX)
         previous = _previous(out, report)
         report = {**previous, **report}  # e.g. extract_s, which the first run measured
-        for key in ("splits", "headline", "beats_tvm"):
+        for key in ("splits", "headline", "beats_tvm", "paired"):
             report[key] = {**previous.get(key, {}), **report[key]}
         out.write_text(json.dumps(report, indent=1, default=float))
     finally:
@@ -356,7 +387,15 @@ def main() -> None:
                              "TVM's donor models train on them too. Default: the other CPU's "
                              "pool, with the committed cpu-host donor pool; give it no devices "
                              "for a donor of one device")
+    parser.add_argument("--summarize", type=Path, default=None, metavar="REPORT",
+                        help="print an earlier report's paired comparison with TVM's models "
+                             "and stop")
     args = parser.parse_args()
+    if args.summarize:
+        if not args.summarize.is_file():
+            parser.error(f"--summarize: no report at {args.summarize}")
+        print_paired(json.loads(args.summarize.read_text()))
+        return
     if args.pretrain_also is None:
         shared = args.donor_pool.resolve() == POOLS["cpu-host"] and not args.device_records
         args.pretrain_also = [d for d in POOLS if d != "cpu-host"] if shared else []
@@ -415,7 +454,8 @@ def main() -> None:
     report: dict = {"split": args.split, "settings": args.set,
                     "device_records": args.device_records,
                     "unseen_operators": list(UNSEEN_OPERATORS),
-                    "donor_records": kept, "splits": {}, "headline": {}, "beats_tvm": {}}
+                    "donor_records": kept, "splits": {}, "headline": {}, "beats_tvm": {},
+                    "paired": {}}
     settings = with_overrides(base, "donor", args.set)
     if args.pretrain_also and not any(o.startswith("graph.kind=") for o in args.set):
         settings = settings.override({"graph.kind": "device-schedule"})
@@ -485,6 +525,7 @@ def main() -> None:
             report["headline"][name] = headline(result)
             if len(result["overall"]) > 1:
                 report["beats_tvm"][name] = verdict(result)
+                report["paired"][name] = paired(result)
             print(f"\n== {name}\n{format_table(result)}", flush=True)
             report = save(args.out, report)
 
@@ -493,6 +534,7 @@ def main() -> None:
         cells = "; ".join(f"{m} {v['kendall_tau']:.3f}/{v['top1']:.3f}/{v['top5']:.3f}"
                           for m, v in table["all"].items())
         print(f"{name:<34} tau/top1/top5  {cells}")
+    print_paired(report)
 
 
 if __name__ == "__main__":

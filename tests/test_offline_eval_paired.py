@@ -1,0 +1,34 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from offline_eval import paired  # noqa: E402
+
+
+def _scores(tau: float, top1: float) -> dict:
+    return {"kendall_tau": tau, "top1": top1, "top5": top1}
+
+
+def test_paired_compares_per_workload_with_the_best_tvm_model_on_each_metric():
+    # xgb has the best mean top-1 (0.8 against mlp's 0.5), mlp the best mean tau.
+    per = {"a": {"calo": _scores(0.5, 1.0), "xgb": _scores(0.1, 0.6), "mlp": _scores(0.4, 0.5)},
+           "b": {"calo": _scores(0.3, 0.7), "xgb": _scores(0.2, 1.0), "mlp": _scores(0.4, 0.5)},
+           "c": {"calo": _scores(0.2, 0.9), "xgb": _scores(0.0, 0.8), "mlp": _scores(0.1, 0.5)}}
+    out = paired({"per_workload": per})
+    top1 = out["top1"]
+    assert top1["rival"] == "xgb" and top1["ahead"] == 2 and top1["workloads"] == 3
+    assert top1["mean_diff"] == pytest.approx((0.4 - 0.3 + 0.1) / 3)
+    diffs = [0.4, -0.3, 0.1]
+    mean = sum(diffs) / 3
+    sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
+    assert top1["se"] == pytest.approx(sd / 3 ** 0.5)
+    assert out["kendall_tau"]["rival"] == "mlp" and out["kendall_tau"]["ahead"] == 2
+
+
+def test_paired_needs_two_workloads_and_a_rival():
+    assert paired({"per_workload": {"a": {"calo": _scores(0.5, 1.0)}}}) == {}
+    assert paired({"per_workload": {"a": {"calo": _scores(0.5, 1.0)},
+                                    "b": {"calo": _scores(0.1, 1.0)}}}) == {}
