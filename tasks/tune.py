@@ -44,21 +44,23 @@ def load_tuning_model(settings: cfg.Settings, device: str) -> CaloCostModel:
 
 @derived_object
 class Timeline(PyMeasureCallback):
-    """Each measured batch's time since tuning started, its task, and its latencies; and,
-    beside each batch, which schedules it measured (`schedules`: a candidate id per trial)."""
+    """Each measured batch's time since tuning started, its task, and its latencies; with
+    `schedules=True` also, beside each batch, which schedules it measured (a candidate id per
+    trial, in `schedules`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, schedules: bool = False) -> None:
         super().__init__()
         self.start = time.monotonic()
         self.events: list[tuple[float, int, list[float | None]]] = []
-        self.schedules: list[list[str]] = []
+        self.schedules: list[list[str]] | None = [] if schedules else None
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         secs = [latency_of(r) if r.error_msg is None else None for r in runner_results]
         self.events.append((time.monotonic() - self.start, int(task_id), secs))
-        self.schedules.append([candidate_id(str(task_id), c.sch.trace)
-                               for c in measure_candidates])
+        if self.schedules is not None:
+            self.schedules.append([candidate_id(str(task_id), c.sch.trace)
+                                   for c in measure_candidates])
 
 
 def best_so_far(latencies: list[float | None]) -> list[float]:

@@ -94,7 +94,7 @@ def _tune(settings: cfg.Settings, device: str, tuned: list[Task], cost_model, wo
     work_dir.mkdir(parents=True)
     quiet_tvm_logging()
     contexts = with_search(tuned, evolutionary_search(settings.tune, cost_model), work_dir)
-    timeline = Timeline()
+    timeline = Timeline(schedules=True)  # pooling needs each trial's schedule
     builder = make_builder(settings.harvest)
     start = time.monotonic()
     try:
@@ -115,10 +115,10 @@ def _tune(settings: cfg.Settings, device: str, tuned: list[Task], cost_model, wo
 def scored(runs: dict[str, dict], weights: list[float], pool: bool = True) -> dict[str, dict]:
     """Per run, on pooled latencies (pool=False: each run's own measurements): the tuned
     tasks' latency against time, and per task its trials and best latency."""
-    pooled = pooled_latencies(runs)
+    pooled = pooled_latencies(runs) if pool else None
     out = {}
     for model, run in runs.items():
-        events = pooled_events(run, pooled) if pool else run["events"]
+        events = pooled_events(run, pooled) if pooled is not None else run["events"]
         per_task = [[s for _, i, secs in events if i == k for s in secs]
                     for k in range(len(weights))]
         out[model] = {"curve": weighted_curve(events, weights),
