@@ -34,6 +34,7 @@ META_FILE = "record_meta.jsonl"
 RANDOM, EVOLVED, IMPORTED = "random", "evolved", "imported"
 APPEND_ONLY = (WORKLOAD_FILE, RECORD_FILE, META_FILE)
 TORN_SUFFIX = ".torn"
+TARGET_OPTIONS = ("mcpu", "arch", "num-cores")  # what describe_target names of a target
 # Meta-Schedule's marker for a failed measurement; such records are kept but never used as labels.
 FAILED_SECS = 1e10
 
@@ -270,6 +271,27 @@ def store_targets(path: Path) -> set[str]:
         return set()
     specs = (json.loads(line)[1][2] for line in complete_lines(path / RECORD_FILE))
     return {target_key(spec) for spec in specs if spec is not None}
+
+
+def describe_target(key: str) -> str:
+    """A target_key as a short label: its kind and the options that tell devices apart."""
+    spec = json.loads(key)
+    return " ".join([spec.get("kind", "?"), *(f"-{k}={spec[k]}" for k in TARGET_OPTIONS
+                                               if k in spec)])
+
+
+def check_target(path: Path, target, what: str) -> None:
+    """Refuse to add records of `target` to a store holding another target's. A store's
+    candidates of a workload are ranked against each other, which means nothing across two
+    CPUs; a harvest resumed on another machine (`mcpu: host`) would mix them silently."""
+    held, key = store_targets(path), target_key(target)
+    if held and key not in held:
+        raise CaloError(
+            f"{what}: {path} holds records measured on "
+            f"{', '.join(sorted(map(describe_target, held)))}, but this run measures on "
+            f"{describe_target(key)} (`mcpu: host` is the CPU of the machine it runs on). A "
+            "store holds one device's records: give this machine a device of its own in "
+            f"params.yaml, or move {path} aside")
 
 
 def count_by_workload(path: Path) -> dict[str, int]:

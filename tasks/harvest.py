@@ -80,6 +80,7 @@ def _harvest(settings: cfg.Settings, device_name: str, workload_names: list[str]
                 else settings.harvest.evolved_fraction)
     target = make_target(device)
     store = paths.records_dir(device_name)
+    records.check_target(store, target, f"harvest {device_name}")
     db = records.open_store(store)
     have = records.count_by_workload(store)
     have_evolved = records.count_by_source(store, records.EVOLVED)

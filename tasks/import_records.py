@@ -2,7 +2,8 @@
 
 Every line is validated on its own: a bad line is named and skipped, the rest are kept.
 Records already in the store (same workload and same trace) are skipped, so importing the same
-database twice adds nothing.
+database twice adds nothing. A store holds one device's records: those measured on another target
+than the store's (its existing records', or the first imported one's) are skipped and named.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def _import_records(settings: cfg.Settings, device_name: str, source: Path) -> d
     if (store / records.RECORD_FILE).is_file():
         seen = {records.candidate_id(r.workload_key, r.record.trace)
                 for r in records.iter_records(store)}
+    # One device's store holds one target's records (records.check_target): the store's,
+    # or on an empty store the first record's.
+    targets = records.store_targets(store)
     committed: dict[str, ms.database.Workload] = {}
     lines = _lines(rfile)
     progress = Progress(f"import {device_name}", len(lines), "records")
@@ -80,6 +84,13 @@ def _import_records(settings: cfg.Settings, device_name: str, source: Path) -> d
             bad.append(f"{where}: measured on a '{rec.target.kind.name}' target, "
                        f"device '{device_name}' is '{kind}'")
             continue
+        target = records.target_key(rec.target) if rec.target is not None else None
+        if target is not None and targets and target not in targets:
+            bad.append(f"{where}: measured on {records.describe_target(target)}, and "
+                       f"'{device_name}' holds records of "
+                       f"{', '.join(sorted(map(records.describe_target, targets)))}")
+            continue
+        targets = targets or ({target} if target is not None else set())
         key = records.candidate_id(keys[widx], rec.trace)
         if key in seen:
             summary["duplicates"] += 1

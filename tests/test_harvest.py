@@ -62,6 +62,28 @@ def test_second_harvest_measures_nothing_and_a_larger_count_tops_up(params, harv
     assert set(names.values()) == {"mm-64", "mm-relu-32x64"}
 
 
+def test_harvest_refuses_a_store_of_another_target_and_leaves_it_as_it_was(params, harvested):
+    import shutil
+
+    import pytest
+
+    from calo.errors import CaloError
+    from calo.tasks.harvest import harvest
+
+    # TARGET's records (-mcpu=x86-64) in the store of a device measuring on another CPU: what a
+    # harvest resumed on another machine with `mcpu: host` would append to
+    moved = "cpu-moved"
+    settings = params.override({f"devices.{moved}": {
+        "target": {"kind": "llvm", "num-cores": 1, "mcpu": "skylake"},
+        "runner": {"kind": "local", "num_threads": 1}, "candidates_per_workload": 16}})
+    store = paths.records_dir(moved)
+    shutil.copytree(paths.records_dir(TARGET), store)
+    before = (store / RECORD_FILE).read_text()
+    with pytest.raises(CaloError, match=r"-mcpu=x86-64.*-mcpu=skylake"):
+        harvest(settings, moved, ["mm-64"])
+    assert (store / RECORD_FILE).read_text() == before
+
+
 def test_kill_9_mid_harvest_loses_nothing_and_resumes(params, workdir):
     """SIGKILL a harvesting process, run the same harvest again: every stored record survives,
     the store ends with exactly the requested count, so nothing was measured twice."""

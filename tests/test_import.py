@@ -31,3 +31,19 @@ def test_import_keeps_good_lines_names_bad_ones_and_skips_duplicates(params, har
     second = import_records(params, SPARE, source)
     assert second["imported"] == 0 and second["duplicates"] == 28
     assert sum(count_by_workload(store).values()) == 28
+
+
+def test_import_keeps_one_target_per_store_and_names_the_other_targets_lines(params, harvested,
+                                                                            tmp_path):
+    source = tmp_path / "db"
+    shutil.copytree(paths.records_dir(DONOR), source)
+    lines = [json.loads(line) for line in (source / RECORD_FILE).read_text().splitlines()]
+    lines[5][1][2]["mcpu"] = "skylake"  # measured on another CPU than the rest
+    (source / RECORD_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    settings = params.override(
+        {"devices.cpu-one-target": {"target": {"kind": "llvm"}, "candidates_per_workload": 0}})
+    summary = import_records(settings, "cpu-one-target", source)
+    assert summary["imported"] == 27
+    assert len(summary["bad_lines"]) == 1
+    assert "line 6: measured on llvm -mcpu=skylake" in summary["bad_lines"][0]
