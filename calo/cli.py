@@ -94,6 +94,7 @@ def _cmd_workloads(settings: Settings, args) -> Callable[[], dict]:
 def _cmd_records(settings: Settings, args) -> Callable[[], dict]:
     """Counts of a device's store by operator family, source and status."""
     from calo import records, suite
+    from calo.log import get_logger
 
     settings.device(args.device)
     store = paths.records_dir(args.device)
@@ -102,16 +103,25 @@ def _cmd_records(settings: Settings, args) -> Callable[[], dict]:
         if idle:  # a torn tail of a store nobody writes now is a crash's leftover: set it aside
             records.recover_torn_tails(store)
     table: dict[str, dict[str, int]] = {}
+    targets: dict[str, int] = {}
     for rec in records.iter_records(store):
         row = table.setdefault(suite.family(rec.workload_name), {})
         for col in (rec.source, rec.status, "records"):
             row[col] = row.get(col, 0) + 1
+        if rec.record.target is not None:
+            key = records.describe_target(records.target_key(rec.record.target))
+            targets[key] = targets.get(key, 0) + 1
+    print("measured on " + ", ".join(f"{t} ({n} records)" for t, n in sorted(targets.items())))
+    if len(targets) > 1:
+        get_logger().warning(f"{store} holds records of {len(targets)} targets: their "
+                             "candidates are ranked against each other as one device's")
     cols = sorted({c for row in table.values() for c in row} - {"records"}) + ["records"]
     total = {c: sum(row.get(c, 0) for row in table.values()) for c in cols}
     print(f"{'family':<12}" + "".join(f"{c:>12}" for c in cols))
     for family, row in sorted(table.items()) + [("total", total)]:
         print(f"{family:<12}" + "".join(f"{row.get(c, 0):>12}" for c in cols))
-    return lambda: {"device": args.device, "by_family": table, "total": total}
+    return lambda: {"device": args.device, "by_family": table, "total": total,
+                    "targets": targets}
 
 
 def _cmd_harvest(settings: Settings, args) -> Callable[[], dict]:

@@ -68,6 +68,7 @@ def test_a_torn_last_line_is_set_aside_and_the_harvest_goes_on(params, workdir, 
     warnings = [line for line in out.stderr.splitlines() if "torn last line" in line]
     assert len(warnings) == 2  # one line per repaired file
     assert out.stdout.splitlines()[-1].split()[-1] == "6"  # every complete record counted
+    assert out.stdout.splitlines()[0] == "measured on llvm -num-cores=1 (6 records)"
     assert (store / RECORD_FILE).read_text() == complete
     assert (store / META_FILE).read_text() == meta
     assert (store / (RECORD_FILE + TORN_SUFFIX)).read_text() == torn[0] + "\n"
