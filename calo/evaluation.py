@@ -75,11 +75,20 @@ def calibration(y: np.ndarray, mu: np.ndarray, scale: np.ndarray, df: np.ndarray
 
 def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
                         levels: int, correction: Corrector | None = None,
-                        by_workload: bool = False) -> float:
+                        by_workload: bool = False, cross: bool = True) -> float:
     """A temperature for these held-out graphs that never makes calibration worse: the graphs
     are cut into two folds by workload (by record, for one workload), a temperature fitted on
     each fold must keep NLL and ECE of the other at least as good as `current`'s.
-    `by_workload`: each fit is the median of the workloads' own (cal.median_temperature)."""
+    `by_workload`: each fit is the median of the workloads' own (cal.median_temperature).
+    `cross=False` checks the refit on the graphs themselves instead: for a temperature asked to
+    serve other candidates of the same workloads (a warm-up's refit), where workloads whose
+    errors differ in width make the folds' fits misfit each other and refuse a temperature
+    that serves every workload's other candidates better."""
+    if not cross:
+        if len(graphs) < 2 * cal.MIN_GROUP_POINTS:  # refit_temperature's floor, unpredicted
+            return current
+        return cal.refit_temperature(predictive(model, graphs, correction=correction), current,
+                                     confidence_levels(levels))
     halves = Split(val=0.5, test=0.0)
     names = sorted(set(graphs.workload))
     if len(names) >= 2:

@@ -102,10 +102,26 @@ def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
         return (student_t_nll(y, mu, scale * tau, df),
                 regression_ece(y, mu, scale * tau, df, levels))
 
-    crossed = pooled(fit(b, labels_b), fit(a, labels_a))
-    kept = pooled(current, current)
-    better = lambda m: m[0] < kept[0] and m[1] < kept[1]  # noqa: E731
-    if not better(crossed):
+    crossed, kept = pooled(fit(b, labels_b), fit(a, labels_a)), pooled(current, current)
+    if not (crossed[0] < kept[0] and crossed[1] < kept[1]):
         return current
-    tau = fit(both, None if groups is None else np.concatenate(groups))
-    return tau if better(pooled(tau, tau)) else current
+    return refit_temperature(both, current, levels, None if groups is None
+                             else np.concatenate(groups))
+
+
+def refit_temperature(part: tuple, current: float, levels: np.ndarray,
+                      groups: np.ndarray | None = None) -> float:
+    """The temperature fitted on these probes (y, mu, scale, df; median_temperature's with
+    `groups`) if it lowers both their NLL and their ECE against `current`, else `current`.
+    Fewer than 2 * MIN_GROUP_POINTS probes keep `current`."""
+    y, mu, scale, df = part
+    if len(y) < 2 * MIN_GROUP_POINTS:
+        return current
+    tau = (fit_temperature(y, mu, scale, df, levels) if groups is None
+           else median_temperature(y, mu, scale, df, groups, levels))
+
+    def scores(t: float) -> tuple[float, float]:
+        return student_t_nll(y, mu, scale * t, df), regression_ece(y, mu, scale * t, df, levels)
+
+    new, old = scores(tau), scores(current)
+    return tau if new[0] < old[0] and new[1] < old[1] else current

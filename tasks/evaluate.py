@@ -5,14 +5,13 @@ first `warmup_fraction` of them, or `warmup_records` of them, and the rest are h
 `choose="uncertainty"` the probes are picked among the workload's random samples where the
 model's epistemic variance is largest, one per band of predicted latency (spread over the design
 space) instead of in measurement order. With warm-up probes, our model is fine-tuned on them (as
-the finetune stage does) and its temperature refitted on a hash-split share of them (as the
-calibrate stage does, kept only if it helps). TVM's XGBModel and MLPModel are each trained
-twice: on exactly the warm-up records (`xgb`, `mlp`), and on the donor's records plus the
-warm-up records, the data our model saw (`xgb_donor`, `mlp_donor`: XGBoost trained on both at
-once; the MLP pre-trained on the donor's, then updated on each workload's warm-up as tuning
-updates it). Every model is scored on the
-same held-out records; a baseline that cannot train on what it is given is listed as not run,
-with why.
+the finetune stage does) and its temperature refitted on a hash-split share of them (kept only
+if it lowers their NLL and ECE: calo.evaluation.checked_temperature, cross=False). TVM's
+XGBModel and MLPModel are each trained twice: on exactly the warm-up records (`xgb`, `mlp`), and
+on the donor's records plus the warm-up records, the data our model saw (`xgb_donor`,
+`mlp_donor`: XGBoost trained on both at once; the MLP pre-trained on the donor's, then updated
+on each workload's warm-up as tuning updates it). Every model is scored on the same held-out
+records; a baseline that cannot train on what it is given is listed as not run, with why.
 
 TVM's models predict a relative throughput, not a latency distribution: they have ranking
 metrics (Kendall tau, top-k, regret) but no ECE, NLL or RMSE, which are reported as null.
@@ -310,8 +309,8 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
                warm: list[Record]) -> tuple[TrainedModel, dict]:
     """A copy of the model fine-tuned on the graphs of the warm-up records `warm` as the
     finetune stage does (the rule's row for their size and device), its temperature refitted
-    on a hash-split share of them (as the calibrate stage does, kept only if it helps); and
-    how the fine-tune went."""
+    on a hash-split share of them (kept only if it lowers their NLL and ECE); and how the
+    fine-tune went."""
     trained = copy.deepcopy(trained)
     fractions = cfg.Split(val=settings.split.val, test=0.0)
     is_val = [split_of(w, r, fractions) == "val"
@@ -323,9 +322,11 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set,
                   targets)
     took = time.perf_counter() - start
-    # Too few points keep the temperature: checked_temperature's floor on each fold.
+    # Too few points keep the temperature (calibration.refit_temperature's floor). Not
+    # cross-fitted by workload: the model is asked about other candidates of these workloads.
     trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
-                                              settings.calibrate.levels, trained.correction)
+                                              settings.calibrate.levels, trained.correction,
+                                              cross=False)
     return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],
                      "same_device": tuned["config"]["same_device"],
                      "correction_rounds": tuned["config"]["correction_rounds"]}

@@ -13,6 +13,7 @@ from calo.models.calibration import (
     confidence_levels,
     fit_temperature,
     median_temperature,
+    refit_temperature,
     regression_ece,
     student_t_nll,
 )
@@ -274,6 +275,29 @@ def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
                          fit_temperature(*folds[0], LEVELS)], 24)
     assert all(np.less(nll_ece(crossed), nll_ece(1.0)))   # the first check passes
     assert checked_temperature(*folds, 1.0, LEVELS) == 1.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_warm_up_refit_is_checked_on_its_own_probes_not_across_workloads(seed):
+    """Probes of two workloads whose errors are 0.9 and 1.8 times the predicted scale, all
+    narrower than the current temperature says: a refit serves fresh candidates of the same
+    workloads better, but each workload's own fit misfits the other, so the check across
+    workloads keeps the current temperature; checked on the probes themselves, it is taken."""
+    rng = np.random.default_rng(seed)
+    n, current = 100, 2.2
+    spread = np.repeat([0.9, 1.8], n)
+    mu, scale, df = np.zeros(2 * n), np.ones(2 * n), np.full(2 * n, 8.0)
+    y, fresh = (rng.standard_t(8, size=2 * n) * spread for _ in range(2))
+    folds = [(y[:n], mu[:n], scale[:n], df[:n]), (y[n:], mu[n:], scale[n:], df[n:])]
+
+    assert checked_temperature(*folds, current, LEVELS) == current
+    refit = refit_temperature((y, mu, scale, df), current, LEVELS)
+    assert refit < current
+    assert student_t_nll(fresh, mu, scale * refit, df) < student_t_nll(fresh, mu,
+                                                                      scale * current, df)
+    assert regression_ece(fresh, mu, scale * refit, df, LEVELS) < regression_ece(
+        fresh, mu, scale * current, df, LEVELS)
+    assert refit_temperature((y[:30], mu[:30], scale[:30], df[:30]), current, LEVELS) == current
 
 
 def test_a_few_workloads_the_model_misses_widen_a_pooled_temperature_not_the_median():
