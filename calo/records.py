@@ -280,6 +280,11 @@ def describe_target(key: str) -> str:
                                                if k in spec)])
 
 
+def describe_targets(keys: Iterable[str]) -> str:
+    """Target keys as one line of describe_target's labels, in a stable order."""
+    return ", ".join(sorted(map(describe_target, keys)))
+
+
 def check_target(path: Path, target, what: str) -> None:
     """Refuse to add records of `target` to a store holding another target's. A store's
     candidates of a workload are ranked against each other, which means nothing across two
@@ -288,7 +293,7 @@ def check_target(path: Path, target, what: str) -> None:
     if held and key not in held:
         raise CaloError(
             f"{what}: {path} holds records measured on "
-            f"{', '.join(sorted(map(describe_target, held)))}, but this run measures on "
+            f"{describe_targets(held)}, but this run measures on "
             f"{describe_target(key)} (`mcpu: host` is the CPU of the machine it runs on). A "
             "store holds one device's records: give this machine a device of its own in "
             f"params.yaml, or move {path} aside")

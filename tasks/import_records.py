@@ -87,8 +87,7 @@ def _import_records(settings: cfg.Settings, device_name: str, source: Path) -> d
         target = records.target_key(rec.target) if rec.target is not None else None
         if target is not None and targets and target not in targets:
             bad.append(f"{where}: measured on {records.describe_target(target)}, and "
-                       f"'{device_name}' holds records of "
-                       f"{', '.join(sorted(map(records.describe_target, targets)))}")
+                       f"'{device_name}' holds records of {records.describe_targets(targets)}")
             continue
         targets = targets or ({target} if target is not None else set())
         key = records.candidate_id(keys[widx], rec.trace)
