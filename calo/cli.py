@@ -268,6 +268,8 @@ def _cmd_tune_network(settings: Settings, args) -> Callable[[], dict]:
 
 def _cmd_evaluate(settings: Settings, args) -> Callable[[], dict]:
     source = _database(args.records, "--records: ")
+    donor_stores = ([_database(d, "--donor-records: ").resolve() for d in args.donor_records]
+                    if args.donor_records else None)
     if not 0 <= args.warmup_fraction < 1:
         raise CaloError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
     if args.warmup is not None and args.warmup < 0:
@@ -280,7 +282,8 @@ def _cmd_evaluate(settings: Settings, args) -> Callable[[], dict]:
 
     def work() -> dict:
         report = evaluate_records(settings, args.model, str(source.resolve()),
-                                  args.warmup_fraction, args.warmup, args.choose)
+                                  args.warmup_fraction, args.warmup, args.choose,
+                                  donor_stores=donor_stores)
         print(format_table(report), file=sys.stderr)
         if out is not None:
             out.write_text(json.dumps(report, indent=1))
@@ -425,6 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the warm-up: the first measured (default), the first random samples "
                    "(as a new device's probes), or with --warmup N random samples picked where "
                    "the model is least certain")
+    p.add_argument("--donor-records", nargs="+", metavar="DIR",
+                   help="TVM JSON databases that TVM's xgb_donor and mlp_donor train on beside "
+                   "the warm-up: those the model was trained on (default: the donor device's "
+                   "store)")
     p.add_argument("--json", help="write the full report (overall and per workload) here")
     p = add("run", _cmd_run, "the pipeline as a Prefect flow: dvc.yaml's stages, then promote, "
             "then the summary", device=False)

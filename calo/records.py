@@ -32,6 +32,7 @@ RECORD_FILE = "database_tuning_record.json"
 NAMES_FILE = "workloads.json"
 META_FILE = "record_meta.jsonl"
 RANDOM, EVOLVED, IMPORTED = "random", "evolved", "imported"
+UNKNOWN = "unknown"  # a record no side-file line describes: a plain TVM database's
 APPEND_ONLY = (WORKLOAD_FILE, RECORD_FILE, META_FILE)
 TORN_SUFFIX = ".torn"
 TARGET_OPTIONS = ("mcpu", "arch", "num-cores")  # what describe_target names of a target
@@ -46,7 +47,7 @@ class Record:
     workload_name: str         # params.yaml's name, or one made from the workload's content
     record: ms.database.TuningRecord
     latency: float | None      # mean measured seconds; None for a failed measurement
-    source: str = RANDOM       # random, evolved or imported
+    source: str = UNKNOWN      # random, evolved, imported, or unknown
     status: str = "ok"         # ok, build_error, run_error, timeout (or failed, if unrecorded)
 
     @property
@@ -255,7 +256,7 @@ def records_of_lines(context: StoreContext, numbered: Iterable[tuple[int, str]],
         key, latency = keys[widx], latency_of(record)
         m = context.meta.get(candidate_id(key, record.trace), {})
         yield Record(index, key, context.names[widx], record, latency,
-                     m.get("source", RANDOM), m.get("status", "ok" if latency else "failed"))
+                     m.get("source", UNKNOWN), m.get("status", "ok" if latency else "failed"))
 
 
 def target_key(target) -> str:

@@ -66,13 +66,20 @@ def split_warmup(recs: list[Record], fraction: float = 0.0, count: int | None = 
     records in measurement order, and the rest. `random_first`: its random samples come
     first, as on a new device, whose warm-up probes are random and whose search then asks
     about evolved candidates (a pool that interleaves the two would mix them in the warm-up)."""
-    out = {}
+    out, unsampled = {}, []
     for name, group in by_workload(recs).items():
-        if random_first:
+        if random_first and not any(r.source == RANDOM for r in group):
+            unsampled.append(name)
+        elif random_first:
             group = sorted(group, key=lambda r: r.source != RANDOM)  # stable: order kept within
         n_warm = count if count is not None else (math.ceil(fraction * len(group))
                                                    if fraction > 0 else 0)
         out[name] = (group[:n_warm], group[n_warm:])
+    if unsampled:
+        get_logger().warning(f"evaluate: no record of {len(unsampled)} workload(s) says it was a "
+                             f"random sample ({', '.join(sorted(unsampled)[:3])}"
+                             f"{', ...' if len(unsampled) > 3 else ''}): their warm-up is the "
+                             "first measured")
     return out
 
 
@@ -134,8 +141,9 @@ def _mlp_donor(settings: cfg.Settings, warm_groups: list[list[Record]],
 
 
 def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
-               donor: list[list[Record]]) -> tuple[dict, dict]:
-    """TVM's cost models on the warm-up records alone and on donor + warm-up records.
+               donor: list[list[Record]], donor_stores: Sequence[Path] = ()) -> tuple[dict, dict]:
+    """TVM's cost models on the warm-up records alone and on donor + warm-up records (the
+    latter not at all without donor records: they would be the former under another name).
 
     Returns the trained models and, for those that could not be trained, why.
     """
@@ -154,6 +162,9 @@ def _baselines(settings: cfg.Settings, warm_groups: list[list[Record]],
         try:
             if not groups:
                 raise CaloError("no training records (warm-up fraction 0 and no donor records)")
+            if name.endswith("_donor") and not donor:
+                raise CaloError(f"no donor records in {', '.join(map(str, donor_stores))} "
+                                "(--donor-records: the databases the model was trained on)")
             log.info(f"evaluate: training TVM's {name} on {count} records")
             trained[name] = train()
             took = time.perf_counter() - start
@@ -277,10 +288,12 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
             warm, Progress("evaluate: warm-up graphs", len(warm), "records").advance)
         trained, finetune = fine_tuned(trained, settings, warm_graphs, warm)
         stores = trained.needs_stores
-    donor = donor_groups(donor_stores if donor_stores is not None
-                         else [paths.records_dir(settings.donor)])
+    if donor_stores is None:
+        donor_stores = [paths.records_dir(settings.donor)]
+    donor = donor_groups(donor_stores)
     warm_groups = [w for w, _ in splits.values()]
-    baselines, not_run = (_baselines(settings, warm_groups, donor) if baselines else ({}, {}))
+    baselines, not_run = (_baselines(settings, warm_groups, donor, donor_stores) if baselines
+                          else ({}, {}))
 
     # Counted from here: the baselines' training above is not graph extraction.
     progress = Progress("evaluate: held-out graphs", sum(map(len, held.values())), "records")
@@ -296,7 +309,8 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         "overall": {m: summarize(pw, pooled if m == "calo" else None)
                     for m, pw in per_workload.items() if pw},
         "by_source": {source: {m: summarize(pw, None) for m, pw in table.items() if pw}
-                      for source, table in per_source.items() if source != "all"},
+                      for source, table in per_source.items()
+                      if source != "all" and any(table.values())},
         "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
                          for w in held},
         "not_run": not_run,

@@ -121,6 +121,39 @@ def test_evaluate_reads_a_database_written_by_plain_tune_tir(params, tuned, tmp_
     assert set(report["overall"]) == {"calo", "xgb_donor"} and "xgb" in report["not_run"]
 
 
+def test_a_plain_tvm_database_claims_no_sources_and_donor_models_need_donor_records(
+        params, pretrained, tmp_path):
+    from calo.records import WORKLOAD_FILE, iter_records
+    from calo.tasks.evaluate import split_warmup
+
+    plain, empty = tmp_path / "plain", tmp_path / "empty"
+    for folder in (plain, empty):
+        folder.mkdir()
+    for name in (WORKLOAD_FILE, RECORD_FILE):  # TVM's two files, none of our side files
+        shutil.copy(paths.records_dir(TARGET) / name, plain / name)
+        (empty / name).write_text("")
+    recs = [r for r in iter_records(plain) if r.latency is not None]
+    assert {r.source for r in recs} == {"unknown"}
+    # nothing says which were random samples: a random-first warm-up is the first measured
+    for warm, held in split_warmup(recs, count=3, random_first=True).values():
+        assert [r.index for r in warm] == sorted(r.index for r in warm + held)[:3]
+
+    def report(*donor: str) -> dict:
+        out = tmp_path / "report.json"
+        assert main(["evaluate", "--model", "donor", "--records", str(plain), "--warmup", "3",
+                     "--choose", "random", "--donor-records", *donor, "--json", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    without = report(str(empty))
+    assert without["by_source"] == {} and without["donor_records"] == 0
+    # trained on the warm-up alone they would be xgb and mlp again, under the donor's name
+    assert "xgb_donor" not in without["overall"]
+    assert f"no donor records in {empty}" in without["not_run"]["xgb_donor"]
+    assert "no donor records" in without["not_run"]["mlp_donor"]
+    donor = report(str(paths.records_dir(DONOR)))
+    assert donor["donor_records"] > 0 and "xgb_donor" in donor["overall"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--records", "nowhere"], "nowhere is not a TVM JSON database"),
     (["--warmup-fraction", "1.5"], "--warmup-fraction must be in [0, 1)"),
