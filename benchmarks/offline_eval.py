@@ -253,14 +253,19 @@ def paired(result: dict) -> dict:
     return out
 
 
-def print_paired(report: dict) -> None:
+def print_paired(report: dict) -> bool:
+    """Prints the per-workload comparison; False where there is none."""
+    rows = {name: "; ".join(f"{k} {v['mean_diff']:+.3f} +- {v['se']:.3f} vs {v['rival']}, "
+                            f"{v['ahead']}/{v['workloads']}" for k, v in paired(result).items())
+            for name, result in report["splits"].items()}
+    rows = {name: cells for name, cells in rows.items() if cells}
+    if not rows:  # TVM's models not run: nothing to compare with
+        return False
     print("\ncalo minus the best TVM model, per workload (all held-out candidates): "
           "mean +- standard error, workloads ahead")
-    for name, result in report["splits"].items():
-        cells = "; ".join(f"{k} {v['mean_diff']:+.3f} +- {v['se']:.3f} vs {v['rival']}, "
-                          f"{v['ahead']}/{v['workloads']}" for k, v in paired(result).items())
-        if cells:
-            print(f"{name:<34} {cells}")
+    for name, cells in rows.items():
+        print(f"{name:<34} {cells}")
+    return True
 
 
 def same_run(a: dict, b: dict) -> bool:
@@ -394,7 +399,8 @@ def main() -> None:
     if args.summarize:
         if not args.summarize.is_file():
             parser.error(f"--summarize: no report at {args.summarize}")
-        print_paired(json.loads(args.summarize.read_text()))
+        if not print_paired(json.loads(args.summarize.read_text())):
+            print(f"{args.summarize}: no split with TVM's models to compare (run with --tvm)")
         return
     if args.pretrain_also is None:
         shared = args.donor_pool.resolve() == POOLS["cpu-host"] and not args.device_records

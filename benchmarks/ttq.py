@@ -333,6 +333,7 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
     ttqs: dict[str, dict[str, list[int]]] = {}
     curves: dict[str, list[float]] = {}
     timing: dict[str, float] = {}
+    wide = max(26, *map(len, pool)) + 1  # a plain database's names carry the whole workload
     for workload, method, runs, oracle in replay_runs(
             pool, target, variants, seeds, args.batch, args.budget, done,
             lambda key: save_runs(runs_path, config, done), keeps_curve=MAIN.__contains__):
@@ -341,7 +342,7 @@ def run_replay(args, settings: Settings, work: Path) -> dict:
         if method in MAIN:
             curves[f"{workload} {method}"] = (
                 np.mean([run["curve"] for run in runs], axis=0) / oracle).tolist()
-        print(f"{workload:<26} {method:<15} mean TTQ {np.mean(ttqs[workload][method]):7.1f} "
+        print(f"{workload:<{wide}}{method:<15} mean TTQ {np.mean(ttqs[workload][method]):7.1f} "
               f"trials (seeds: {ttqs[workload][method]})", flush=True)
     report = summarize(ttqs)
     strong = summarize({w: {"calo": by["calo"], "xgb": by[XGB_NO_WARMUP]}
