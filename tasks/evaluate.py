@@ -1,17 +1,19 @@
 """Offline evaluation on any TVM JSON database, side by side with TVM's own cost models.
 
-Each workload's measured records are taken in measurement order; its warm-up probes are the
-first `warmup_fraction` of them, or `warmup_records` of them, and the rest are held out. With
-`choose="uncertainty"` the probes are picked among the workload's random samples where the
-model's epistemic variance is largest, one per band of predicted latency (spread over the design
-space) instead of in measurement order. With warm-up probes, our model is fine-tuned on them (as
-the finetune stage does) and its temperature refitted on a hash-split share of them (kept only
-if it lowers their NLL and ECE: calo.evaluation.checked_temperature, cross=False). TVM's
-XGBModel and MLPModel are each trained twice: on exactly the warm-up records (`xgb`, `mlp`), and
-on the donor's records plus the warm-up records, the data our model saw (`xgb_donor`,
-`mlp_donor`: XGBoost trained on both at once; the MLP pre-trained on the donor's, then updated
-on each workload's warm-up as tuning updates it). Every model is scored on the same held-out
-records; a baseline that cannot train on what it is given is listed as not run, with why.
+Each workload's measured records are taken in measurement order (in a database measured on
+several targets, each target's records of a workload are a workload of their own); its warm-up
+probes are the first `warmup_fraction` of them, or `warmup_records` of them, and the rest are
+held out. With `choose="uncertainty"` the probes are picked among the workload's random samples
+where the model's epistemic variance is largest, one per band of predicted latency (spread over
+the design space) instead of in measurement order. With warm-up probes, our model is fine-tuned
+on them (as the finetune stage does) and its temperature refitted on a hash-split share of them
+(kept only if it lowers their NLL and ECE: calo.evaluation.checked_temperature, cross=False).
+TVM's XGBModel and MLPModel are each trained twice: on exactly the warm-up records (`xgb`,
+`mlp`), and on the donor's records plus the warm-up records, the data our model saw
+(`xgb_donor`, `mlp_donor`: XGBoost trained on both at once; the MLP pre-trained on the donor's,
+then updated on each workload's warm-up as tuning updates it). Every model is scored on the same
+held-out records; a baseline that cannot train on what it is given is listed as not run, with
+why.
 
 TVM's models predict a relative throughput, not a latency distribution: they have ranking
 metrics (Kendall tau, top-k, regret) but no ECE, NLL or RMSE, which are reported as null.
@@ -22,6 +24,7 @@ the fast end a search visits).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -40,7 +43,17 @@ from calo.evaluation import calibration, checked_temperature, predictive, rankin
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
 from calo.models.training import predict
-from calo.records import APPEND_ONLY, EVOLVED, RANDOM, RECORD_FILE, Record, iter_records, target_key
+from calo.records import (
+    APPEND_ONLY,
+    EVOLVED,
+    RANDOM,
+    RECORD_FILE,
+    Record,
+    describe_target,
+    describe_targets,
+    iter_records,
+    target_key,
+)
 from calo.tasks.finetune import adapt
 
 RANKING = ("kendall_tau", "top1", "top5", "regret")
@@ -81,6 +94,21 @@ def split_warmup(recs: list[Record], fraction: float = 0.0, count: int | None = 
                              f"{', ...' if len(unsampled) > 3 else ''}): their warm-up is the "
                              "first measured")
     return out
+
+
+def one_device_per_workload(recs: list[Record], where: str) -> list[Record]:
+    """The records of a database measured on several targets, each target's records of a
+    workload renamed into a workload of their own ("name @ target"): candidates are ranked
+    within one device, never across two."""
+    keys = [target_key(r.record.target) if r.record.target is not None else None for r in recs]
+    targets = set(keys) - {None}
+    if len(targets) < 2:
+        return recs
+    get_logger().warning(f"evaluate: {where} holds records of {len(targets)} targets "
+                         f"({describe_targets(targets)}): each target's records of a workload "
+                         "are scored as a workload of their own")
+    return [dataclasses.replace(r, workload_name=f"{r.workload_name} @ {describe_target(k)}")
+            if k is not None else r for r, k in zip(recs, keys)]
 
 
 def by_workload(recs: list[Record]) -> dict[str, list[Record]]:
@@ -267,6 +295,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     recs = _measured(Path(records_dir))
     if not recs:
         raise CaloError(f"no successful measurements in {records_dir}")
+    recs = one_device_per_workload(recs, records_dir)
     trained, label = load_model_spec(settings, model_spec)
     kind, stores = trained.graph_kind, trained.reads_stores
     if choose == "uncertainty" and warmup_records:

@@ -154,6 +154,34 @@ def test_a_plain_tvm_database_claims_no_sources_and_donor_models_need_donor_reco
     assert donor["donor_records"] > 0 and "xgb_donor" in donor["overall"]
 
 
+def test_a_database_of_two_devices_ranks_each_devices_records_apart(params, pretrained,
+                                                                     tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from calo.records import describe_target, iter_records
+    from calo.tasks.evaluate import evaluate_records
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    db = ms.database.JSONDatabase(work_dir=str(mixed))  # as TVM writes one tuned on two CPUs
+    groups: dict[tuple[str, str], int] = {}
+    for device in (DONOR, TARGET):
+        for rec in iter_records(paths.records_dir(device)):
+            r = rec.record
+            db.commit_tuning_record(ms.database.TuningRecord(
+                r.trace, db.commit_workload(r.workload.mod), r.run_secs, r.target, r.args_info))
+            if rec.latency is not None:
+                key = (describe_target(target_key(r.target)), rec.workload_key)
+                groups[key] = groups.get(key, 0) + 1
+    report = evaluate_records(params, str(paths.model_dir(DONOR)), str(mixed),
+                              warmup_records=2, baselines=False)
+    # each device's records of a workload are a workload of their own, named for the device
+    assert len(report["per_workload"]) == len(groups) == 4
+    assert {name.split(" @ ")[1] for name in report["per_workload"]} == {t for t, _ in groups}
+    assert report["warmup_records"] == 2 * len(groups)
+    assert report["warmup_records"] + report["held_out_records"] == sum(groups.values())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--records", "nowhere"], "nowhere is not a TVM JSON database"),
     (["--warmup-fraction", "1.5"], "--warmup-fraction must be in [0, 1)"),
