@@ -88,12 +88,17 @@ def split_warmup(recs: list[Record], fraction: float = 0.0, count: int | None = 
         n_warm = count if count is not None else (math.ceil(fraction * len(group))
                                                    if fraction > 0 else 0)
         out[name] = (group[:n_warm], group[n_warm:])
-    if unsampled:
-        get_logger().warning(f"evaluate: no record of {len(unsampled)} workload(s) says it was a "
-                             f"random sample ({', '.join(sorted(unsampled)[:3])}"
-                             f"{', ...' if len(unsampled) > 3 else ''}): their warm-up is the "
-                             "first measured")
+    _warn_unsampled(unsampled, "their warm-up is the first measured")
     return out
+
+
+def _warn_unsampled(names: list[str], instead: str) -> None:
+    """Says which workloads' records do not say how they were sampled (a plain TVM database's,
+    imported ones), so a warm-up meant to be random samples cannot be."""
+    if names:
+        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+        get_logger().warning(f"evaluate: no record of {len(names)} workload(s) says it was a "
+                             f"random sample ({shown}): {instead}")
 
 
 def one_device_per_workload(recs: list[Record], where: str) -> list[Record]:
@@ -123,11 +128,15 @@ def choose_by_uncertainty(trained: TrainedModel, recs: list[Record], count: int,
                           graphs_of: Callable[..., GraphSet] | None = None
                           ) -> dict[str, tuple[list, list]]:
     """(warm-up, held-out) records of each workload, the warm-up chosen by the model: its random
-    samples split into `count` bands of predicted latency, and in each band the one with the
-    largest epistemic variance (the most to learn, spread over the design space)."""
-    out = {}
+    samples (all its records, where none says it is one) split into `count` bands of predicted
+    latency, and in each band the one with the largest epistemic variance (the most to learn,
+    spread over the design space)."""
+    out, unsampled = {}, []
     for name, group in by_workload(recs).items():
-        pool = [i for i, r in enumerate(group) if r.source == RANDOM] or list(range(len(group)))
+        pool = [i for i, r in enumerate(group) if r.source == RANDOM]
+        if not pool:
+            unsampled.append(name)
+            pool = list(range(len(group)))
         chosen_from = [group[i] for i in pool]
         graphs = (graphs_of(chosen_from, progress) if graphs_of is not None else
                   graph_set(trained.graph_kind, chosen_from, progress, trained.reads_stores))
@@ -140,6 +149,7 @@ def choose_by_uncertainty(trained: TrainedModel, recs: list[Record], count: int,
         keep = set(chosen)
         out[name] = ([group[i] for i in chosen],
                      [r for i, r in enumerate(group) if i not in keep])
+    _warn_unsampled(unsampled, "their warm-up is chosen among all their records")
     return out
 
 

@@ -124,7 +124,7 @@ def test_evaluate_reads_a_database_written_by_plain_tune_tir(params, tuned, tmp_
 def test_a_plain_tvm_database_claims_no_sources_and_donor_models_need_donor_records(
         params, pretrained, tmp_path):
     from calo.records import WORKLOAD_FILE, iter_records
-    from calo.tasks.evaluate import split_warmup
+    from calo.tasks.evaluate import choose_by_uncertainty, split_warmup
 
     plain, empty = tmp_path / "plain", tmp_path / "empty"
     for folder in (plain, empty):
@@ -137,6 +137,10 @@ def test_a_plain_tvm_database_claims_no_sources_and_donor_models_need_donor_reco
     # nothing says which were random samples: a random-first warm-up is the first measured
     for warm, held in split_warmup(recs, count=3, random_first=True).values():
         assert [r.index for r in warm] == sorted(r.index for r in warm + held)[:3]
+    # and the model chooses among all of them
+    trained = TrainedModel.load(paths.model_dir(DONOR))
+    for warm, held in choose_by_uncertainty(trained, recs, 2).values():
+        assert len(warm) == 2 and len(held) >= 2
 
     def report(*donor: str) -> dict:
         out = tmp_path / "report.json"
