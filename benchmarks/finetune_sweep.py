@@ -1,9 +1,10 @@
 """Fine-tune settings side by side on one extraction: for choosing the fine-tune rule.
 
 Each variant (a list of SECTION.KEY=VALUE overrides of params.yaml, or null: the donor as it
-is, zero-shot on the same held-out records) fine-tunes the donor on the first `--warmup`
-records of every workload and is scored on the rest exactly as `calo evaluate` scores it
-(tasks.evaluate.fine_tuned and score_held_out). The graphs are extracted once for all
+is, zero-shot on the same held-out records) fine-tunes the donor on `--warmup` records of
+every workload, its first random samples (as a new device's probes; `--choose first`: its
+first measured), and is scored on the rest exactly as `calo evaluate --choose random` scores
+it (tasks.evaluate.fine_tuned and score_held_out). The graphs are extracted once for all
 variants, most of an evaluation's time. Use a selection split's held-out store (offline_eval.py
 `--split dev-shape` logs where it put it), not the unseen-shape pools, which only report:
 
@@ -35,6 +36,7 @@ from calo.log import Progress, get_logger  # noqa: E402
 from calo.records import iter_records  # noqa: E402
 from calo.tasks.evaluate import (  # noqa: E402
     fine_tuned,
+    one_device_per_workload,
     score_held_out,
     split_warmup,
     summarize,
@@ -50,6 +52,9 @@ def main() -> None:
     parser.add_argument("--records", type=Path, required=True, help="a store or TVM database")
     parser.add_argument("--donor-model", type=Path, required=True)
     parser.add_argument("--warmup", type=int, required=True, help="records per workload")
+    parser.add_argument("--choose", choices=["first", "random"], default="random",
+                        help="the warm-up: each workload's first random samples (default), as a "
+                             "new device's probes, or its first measured records")
     parser.add_argument("--variants", type=Path, required=True,
                         help="YAML: name -> list of SECTION.KEY=VALUE, or null (no fine-tune)")
     parser.add_argument("--out", type=Path, required=True)
@@ -61,8 +66,9 @@ def main() -> None:
         raise SystemExit(f"{args.variants}: expected name -> list of overrides (or null)")
     base = load_settings(Path("params.yaml").resolve())
     donor = TrainedModel.load(args.donor_model)
-    recs = [r for r in iter_records(args.records) if r.latency is not None]
-    splits = split_warmup(recs, count=args.warmup)
+    recs = one_device_per_workload([r for r in iter_records(args.records)
+                                    if r.latency is not None], str(args.records))
+    splits = split_warmup(recs, count=args.warmup, random_first=args.choose == "random")
     held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
     warm = [r for w, _ in splits.values() for r in w]
     if not held or not warm:
@@ -74,7 +80,7 @@ def main() -> None:
     held_graphs = {name: graph_set(kind, group, progress.advance, donor.reads_stores)
                    for name, group in held.items()}
     key = {"records": str(args.records.resolve()), "donor": str(args.donor_model.resolve()),
-           "warmup": args.warmup}
+           "warmup": args.warmup, "choose": args.choose}
     report = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if report.get("key", key) != key:
         raise SystemExit(f"{args.out} holds another sweep ({report['key']}): choose another --out")

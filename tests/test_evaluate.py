@@ -53,7 +53,8 @@ def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
 
 def test_the_fine_tune_sweep_scores_a_variant_as_calo_evaluate_does(params, pretrained, tmp_path):
     """benchmarks/finetune_sweep.py reuses one extraction for many fine-tunes: a variant with no
-    overrides must score what `calo evaluate` scores, and null must be the donor untouched."""
+    overrides must score what `calo evaluate --choose random` scores (the sweep's warm-up is
+    each workload's first random samples), and null must be the donor untouched."""
     variants = tmp_path / "variants.yaml"
     variants.write_text("zero-shot: null\nas shipped: []\n")
     donor, records = str(paths.model_dir(DONOR)), str(paths.records_dir(TARGET))
@@ -64,7 +65,7 @@ def test_the_fine_tune_sweep_scores_a_variant_as_calo_evaluate_does(params, pret
     assert run.returncode == 0, run.stderr[-2000:]
     sweep = json.loads(sweep_out.read_text())["variants"]
     assert main(["evaluate", "--model", donor, "--records", records, "--warmup", "3",
-                 "--json", str(report_out)]) == 0
+                 "--choose", "random", "--json", str(report_out)]) == 0
     report = json.loads(report_out.read_text())
     calo = report["overall"]["calo"]
     for key in ("kendall_tau", "top1", "top5", "ece", "nll"):
