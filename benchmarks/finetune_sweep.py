@@ -33,11 +33,10 @@ from calo.config import load_settings  # noqa: E402
 from calo.errors import CaloError  # noqa: E402
 from calo.graphs import graph_set  # noqa: E402
 from calo.log import Progress, get_logger  # noqa: E402
-from calo.records import iter_records  # noqa: E402
 from calo.tasks.evaluate import (  # noqa: E402
     fine_tuned,
-    one_device_per_workload,
     score_held_out,
+    scored_records,
     split_warmup,
     summarize,
 )
@@ -66,8 +65,9 @@ def main() -> None:
         raise SystemExit(f"{args.variants}: expected name -> list of overrides (or null)")
     base = load_settings(Path("params.yaml").resolve())
     donor = TrainedModel.load(args.donor_model)
-    recs = one_device_per_workload([r for r in iter_records(args.records)
-                                    if r.latency is not None], str(args.records))
+    recs = scored_records(args.records)
+    if not recs:
+        raise SystemExit(f"no successful measurements in {args.records}")
     splits = split_warmup(recs, count=args.warmup, random_first=args.choose == "random")
     held = {name: h for name, (_, h) in splits.items() if len(h) >= 2}
     warm = [r for w, _ in splits.values() for r in w]

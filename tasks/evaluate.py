@@ -288,6 +288,12 @@ def _measured(store: Path) -> list[Record]:
     return _MEASURED[path][1]
 
 
+def scored_records(store: Path) -> list[Record]:
+    """A store's measured records as an evaluation ranks them: in a database of several
+    targets, each target's records of a workload a workload of their own."""
+    return one_device_per_workload(_measured(store), str(store))
+
+
 def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
                      warmup_fraction: float = 0.0, warmup_records: int | None = None,
                      choose: str = "first", baselines: bool = True,
@@ -302,10 +308,9 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         raise CaloError(f"--warmup must be >= 0 records, got {warmup_records}")
     if choose not in CHOICES:
         raise CaloError(f"--choose must be one of {', '.join(CHOICES)}, got {choose!r}")
-    recs = _measured(Path(records_dir))
+    recs = scored_records(Path(records_dir))
     if not recs:
         raise CaloError(f"no successful measurements in {records_dir}")
-    recs = one_device_per_workload(recs, records_dir)
     trained, label = load_model_spec(settings, model_spec)
     kind, stores = trained.graph_kind, trained.reads_stores
     if choose == "uncertainty" and warmup_records:
