@@ -46,6 +46,16 @@ HELD_OUT: dict[str, dict] = {
     "conv2d-transpose@12x12x48x24": {"H": 12, "W": 12, "CI": 48, "CO": 24},
     "transpose-batch-matmul@96x6x48": {"seq_len": 96, "n_head": 6, "n_dim": 48},
     "dcn-cross@384x192": {"B": 384, "D": 192},
+    # A second eight, measured on the Emerald Rapids pool only (benchmarks/data/README.md):
+    # more workloads narrow what one workload's top-1 moves a mean by.
+    "gelu-mlp@48x384x384": {"B": 48, "D": 384, "H": 384},
+    "group-conv2d@20x20x96": {"H": 20, "W": 20, "CI": 96, "CO": 96, "groups": 12},
+    "conv1d@512x48": {"L": 512, "CI": 48, "CO": 48},
+    "dense-bias-relu@24x768x384": {"B": 24, "D": 768, "H": 384},
+    "matmul-relu@192x320x96": {"n": 192, "m": 320, "k": 96},
+    "conv2d@40x40x24x48": {"h": 40, "w": 40, "ci": 24, "co": 48},
+    "conv3d@12x12x12x16x24": {"D": 12, "H": 12, "W": 12, "CI": 16, "CO": 24},
+    "mlp2@96x192x384x96": {"B": 96, "D": 192, "H": 384, "O": 96},
 }
 
 
@@ -106,6 +116,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, required=True, help="records wanted per workload")
     parser.add_argument("--shape", default="all", choices=[*suite.SHAPES, "all"],
                         help="donor pool: which suite shapes this run tops up")
+    parser.add_argument("--workload", action="append", default=None,
+                        help="held-out pool: only these of HELD_OUT (repeatable; default all)")
     parser.add_argument("--pack", action="store_true",
                         help="write the store to benchmarks/data/<pool>.tar.gz afterwards")
     args = parser.parse_args()
@@ -115,6 +127,11 @@ def main() -> None:
     settings = pool_settings(load_settings(), args.kind, args.device, args.build_workers)
     pool = pool_name(args.kind, args.device)
     names = suite.names(args.shape) if args.kind == "donor" else list(HELD_OUT)
+    if args.workload:
+        unknown = sorted(set(args.workload) - set(names))
+        if unknown:
+            raise SystemExit(f"not a workload of the {args.kind} pool: {', '.join(unknown)}")
+        names = [n for n in names if n in args.workload]
     start = time.perf_counter()
     summary = harvest(settings, pool, names, args.count)
     wall = time.perf_counter() - start
