@@ -1,5 +1,7 @@
 """The built-in workload suite: 38+ operators, the paper's seven, each builds and measures."""
 
+import pytest
+
 from calo import paths, records, suite
 from calo.cli import main
 from tests.conftest import with_devices
@@ -36,8 +38,6 @@ def test_every_suite_operator_builds_and_measures_at_its_small_shape(params):
 
 
 def test_unknown_suite_shape_is_an_error(params):
-    import pytest
-
     from calo.config import CaloError
 
     with pytest.raises(CaloError, match="unknown workload 'conv1d@paper'"):
@@ -64,3 +64,20 @@ def test_three_shapes_per_operator_and_held_out_shapes_none_of_them(params):
     for workload in held.workloads_named(HELD_OUT):
         assert workload_key(create_mod(workload)) not in keys
     assert {suite.operator(n) for n in HELD_OUT} >= set(UNSEEN_OPERATORS)
+
+
+def test_a_held_out_harvest_refuses_a_workload_its_pool_lacks(params, monkeypatch, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import harvest_pools
+
+    from tests.conftest import TARGET
+
+    monkeypatch.setattr(sys, "argv", ["harvest_pools.py", "heldout", "--device", TARGET,
+                                      "--count", "1", "--workload", "matmul@384x192x320",
+                                      "--workload", "matmul@7x7x7"])
+    with pytest.raises(SystemExit, match="not a workload of the heldout pool: matmul@7x7x7"):
+        harvest_pools.main()
+    assert not paths.records_dir(harvest_pools.pool_name("heldout", TARGET)).exists()
