@@ -117,7 +117,8 @@ def main() -> None:
     parser.add_argument("--shape", default="all", choices=[*suite.SHAPES, "all"],
                         help="donor pool: which suite shapes this run tops up")
     parser.add_argument("--workload", action="append", default=None,
-                        help="held-out pool: only these of HELD_OUT (repeatable; default all)")
+                        help="only these of the pool's workloads (repeatable; default: all "
+                             "of the --shape, or all of HELD_OUT)")
     parser.add_argument("--pack", action="store_true",
                         help="write the store to benchmarks/data/<pool>.tar.gz afterwards")
     args = parser.parse_args()
