@@ -9,11 +9,11 @@ from typing import Any
 
 
 def build(mod: Any, target: Any, _params: Any) -> Any:
-    from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.tirx import build as tir_build
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm_build(mod, target=target)
+    return tir_build(mod, target=target)
 
 
 def build_and_export(mod: Any, target: Any) -> str:

@@ -107,7 +107,7 @@ def test_an_anchored_fine_tune_stays_nearer_the_weights_it_started_from(params, 
         model = copy.deepcopy(start)
         fit(model, graphs[:12], [], lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=4,
             max_epochs=10, warmup_epochs=0, anchor=anchor)
-        distance[anchor] = sum(float((p - q).pow(2).sum()) for p, q in
+        distance[anchor] = sum(float((p - q).detach().pow(2).sum()) for p, q in
                                zip(model.parameters(), start.parameters())) ** 0.5
     assert 0 < distance[200.0] < 0.5 * distance[0.0]
 
