@@ -2,7 +2,6 @@
 walker runs wherever the native one is off or does not build."""
 
 import logging
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -10,13 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+from harvest_pools import unpack
 
 from calo import native, records
 from calo.schedule_graph import FEATURES, extract_graph, extract_graphs, extract_union
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-from harvest_pools import unpack  # noqa: E402
 
 needs_native = pytest.mark.skipif(native.walker() is None,
                                   reason="the native walker does not build here")

@@ -1,11 +1,5 @@
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from offline_eval import paired  # noqa: E402
+from offline_eval import paired
 
 
 def _scores(tau: float, top1: float) -> dict:

@@ -1,14 +1,8 @@
-import sys
-from pathlib import Path
-
 import numpy as np
+from ttq import load_pool, replay_runs, ttq
 
 from calo import paths
 from tests.conftest import DONOR
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from ttq import load_pool, replay_runs, ttq  # noqa: E402
 
 
 class Untrained:

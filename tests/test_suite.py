@@ -1,9 +1,10 @@
 """The built-in workload suite: 38+ operators, the paper's seven, each builds and measures."""
 
 import sys
-from pathlib import Path
 
 import pytest
+from harvest_pools import HELD_OUT, UNSEEN_OPERATORS, heldout_workloads, pool_name
+from harvest_pools import main as harvest_pools_main
 
 from calo import paths, records, suite
 from calo.cli import main
@@ -48,37 +49,27 @@ def test_unknown_suite_shape_is_an_error(params):
     assert params.workload("matmul@paper").args == {"n": 4096, "m": 4096, "k": 1024}
 
 
-def _harvest_pools():
-    """benchmarks/harvest_pools.py, which defines the offline evaluation's pools."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import harvest_pools
-
-    return harvest_pools
-
-
 def test_three_shapes_per_operator_and_held_out_shapes_none_of_them(params):
     from calo.workloads import create_mod, workload_key
 
-    pools = _harvest_pools()
     everything = suite.names("all")
     assert len(everything) == 3 * len(suite.SUITE)
     keys = {}
     for workload in params.workloads_named(everything):
         keys.setdefault(workload_key(create_mod(workload)), []).append(workload.name)
     assert all(len(names) == 1 for names in keys.values())  # three different programs each
-    held = params.override({f"workloads.{n}": w for n, w in pools.heldout_workloads().items()})
-    for workload in held.workloads_named(pools.HELD_OUT):
+    held = params.override({f"workloads.{n}": w for n, w in heldout_workloads().items()})
+    for workload in held.workloads_named(HELD_OUT):
         assert workload_key(create_mod(workload)) not in keys
-    assert {suite.operator(n) for n in pools.HELD_OUT} >= set(pools.UNSEEN_OPERATORS)
+    assert {suite.operator(n) for n in HELD_OUT} >= set(UNSEEN_OPERATORS)
 
 
 def test_a_held_out_harvest_refuses_a_workload_its_pool_lacks(params, monkeypatch):
     from tests.conftest import TARGET
 
-    harvest_pools = _harvest_pools()
     monkeypatch.setattr(sys, "argv", ["harvest_pools.py", "heldout", "--device", TARGET,
                                       "--count", "1", "--workload", "matmul@384x192x320",
                                       "--workload", "matmul@7x7x7"])
     with pytest.raises(SystemExit, match="not a workload of the heldout pool: matmul@7x7x7"):
-        harvest_pools.main()
-    assert not paths.records_dir(harvest_pools.pool_name("heldout", TARGET)).exists()
+        harvest_pools_main()
+    assert not paths.records_dir(pool_name("heldout", TARGET)).exists()

@@ -1,12 +1,8 @@
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from ttq import (  # noqa: E402
+from ttq import (
     MAIN,
     live_report,
     save_runs,

@@ -1,6 +1,4 @@
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +15,6 @@ from calo.tasks.tune_network import (
     weighted_curve,
 )
 from tests.conftest import TARGET
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 TINY = "tests.tiny_net:tiny"
 
