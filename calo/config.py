@@ -196,6 +196,8 @@ class Promotion:
 class Calibrate:
     levels: int
     donor_fit: Literal["pooled", "workload-median"] = "pooled"
+    after_finetune: Literal["temperature", "width"] = "temperature"
+    warmup_refit: bool = True
 
 
 @dataclass(frozen=True)

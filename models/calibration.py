@@ -109,6 +109,16 @@ def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
                              else np.concatenate(groups))
 
 
+def carried_temperature(temperature: float, before: np.ndarray, after: np.ndarray) -> float:
+    """The temperature that keeps intervals as wide as `temperature` made them on predictive
+    scales `before`, now that the same points have scales `after` (a fine-tune moved them):
+    `temperature` times the geometric mean of before / after. A temperature calibrates a
+    width, not a network: a fine-tune that widens every scale by a third leaves the old
+    temperature that much underconfident."""
+    before, after = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
+    return float(temperature * np.exp(np.mean(np.log(before) - np.log(after))))
+
+
 def refit_temperature(part: tuple, current: float, levels: np.ndarray,
                       groups: np.ndarray | None = None) -> float:
     """The temperature fitted on these probes (y, mu, scale, df; median_temperature's with

@@ -6,8 +6,10 @@ probes are the first `warmup_fraction` of them, or `warmup_records` of them, and
 held out. With `choose="uncertainty"` the probes are picked among the workload's random samples
 where the model's epistemic variance is largest, one per band of predicted latency (spread over
 the design space) instead of in measurement order. With warm-up probes, our model is fine-tuned
-on them (as the finetune stage does) and its temperature refitted on a hash-split share of them
-(kept only if it lowers their NLL and ECE: calo.evaluation.checked_temperature, cross=False).
+on them (as the finetune stage does); its temperature starts from the donor's, or (setting
+calibrate.after_finetune) from the donor's calibrated width carried over the fine-tune, and is
+refitted on a hash-split share of them (kept only if it lowers their NLL and ECE:
+calo.evaluation.checked_temperature, cross=False).
 TVM's XGBModel and MLPModel are each trained twice: on exactly the warm-up records (`xgb`,
 `mlp`), and on the donor's records plus the warm-up records, the data our model saw
 (`xgb_donor`, `mlp_donor`: XGBoost trained on both at once; the MLP pre-trained on the donor's,
@@ -42,6 +44,7 @@ from calo.errors import CaloError, reason
 from calo.evaluation import calibration, checked_temperature, predictive, ranking
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
+from calo.models.calibration import carried_temperature
 from calo.models.training import predict
 from calo.records import (
     APPEND_ONLY,
@@ -366,10 +369,10 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
 def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: GraphSet,
                warm: list[Record]) -> tuple[TrainedModel, dict]:
     """A copy of the model fine-tuned on the graphs of the warm-up records `warm` as the
-    finetune stage does (the rule's row for their size and device), its temperature refitted
-    on a hash-split share of them (kept only if it lowers their NLL and ECE); and how the
-    fine-tune went."""
-    trained = copy.deepcopy(trained)
+    finetune stage does (the rule's row for their size and device), its temperature the
+    donor's (or the donor's width carried over, calibrate.after_finetune) unless a refit on a
+    hash-split share of them lowers their NLL and ECE; and how the fine-tune went."""
+    donor, trained = trained, copy.deepcopy(trained)
     fractions = cfg.Split(val=settings.split.val, test=0.0)
     is_val = [split_of(w, r, fractions) == "val"
               for w, r in zip(warm_graphs.workload, warm_graphs.record)]
@@ -380,11 +383,16 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set,
                   targets)
     took = time.perf_counter() - start
+    if settings.calibrate.after_finetune == "width":
+        trained.temperature = carried_temperature(
+            donor.temperature, predict(donor.net, warm_graphs.graphs).t_scale.numpy(),
+            predict(trained.net, warm_graphs.graphs).t_scale.numpy())
     # Too few points keep the temperature (calibration.refit_temperature's floor). Not
     # cross-fitted by workload: the model is asked about other candidates of these workloads.
-    trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
-                                              settings.calibrate.levels, trained.correction,
-                                              cross=False)
+    if settings.calibrate.warmup_refit:
+        trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
+                                                  settings.calibrate.levels,
+                                                  trained.correction, cross=False)
     return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],
                      "same_device": tuned["config"]["same_device"],
                      "correction_rounds": tuned["config"]["correction_rounds"]}

@@ -89,6 +89,28 @@ def test_evaluate_takes_a_warmup_of_n_records_per_workload(params, pretrained, t
     assert set(report["by_source"]["evolved"]) == MODELS
 
 
+@pytest.mark.parametrize("after", ["temperature", "width"])
+def test_a_warm_up_too_small_to_refit_keeps_the_donors_temperature_or_its_width(
+        params, pretrained, after):
+    """Six warm-up records hold back too few probes for a refit: the fine-tuned model keeps
+    the donor's temperature, or the donor's calibrated width carried over its fine-tune."""
+    from calo.models.calibration import carried_temperature
+    from calo.models.training import predict
+    from calo.records import iter_records
+    from calo.tasks.evaluate import fine_tuned
+
+    donor = TrainedModel.load(paths.model_dir(DONOR))
+    warm = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None][:6]
+    graphs = graph_set(donor.graph_kind, warm)
+    settings = params.override({"calibrate.after_finetune": after})
+    tuned, _ = fine_tuned(donor, settings, graphs, warm)
+    scales = [predict(m.net, graphs.graphs).t_scale.numpy() for m in (donor, tuned)]
+    assert (scales[0] != scales[1]).any()  # the fine-tune moved them
+    expected = (donor.temperature if after == "temperature"
+                else carried_temperature(donor.temperature, *scales))
+    assert tuned.temperature == pytest.approx(expected)
+
+
 def test_uncertainty_picks_random_samples_in_bands_of_predicted_latency(params, pretrained):
     from calo.artifact import TrainedModel
     from calo.models.training import predict

@@ -9,6 +9,7 @@ from torch_geometric.data import Data
 from calo import paths
 from calo.dataset import load_graphs
 from calo.models.calibration import (
+    carried_temperature,
     checked_temperature,
     confidence_levels,
     fit_temperature,
@@ -275,6 +276,24 @@ def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
                          fit_temperature(*folds[0], LEVELS)], 24)
     assert all(np.less(nll_ece(crossed), nll_ece(1.0)))   # the first check passes
     assert checked_temperature(*folds, 1.0, LEVELS) == 1.0
+
+
+def test_a_carried_temperature_keeps_the_calibrated_width_a_fine_tune_moved():
+    """A model calibrated by temperature 1.6 whose fine-tune widens every predicted scale by
+    a factor between 1.2 and 1.4 (its errors unchanged): the carried temperature gives the
+    intervals the width they had, so they calibrate again, where the old temperature is
+    underconfident."""
+    rng = np.random.default_rng(0)
+    before = rng.uniform(0.3, 1.0, 4000)
+    after = before * rng.uniform(1.2, 1.4, 4000)
+    y = 1.6 * before * rng.standard_t(10, size=4000)
+    mu, df = np.zeros_like(y), np.full_like(y, 10.0)
+    assert regression_ece(y, mu, 1.6 * before, df, LEVELS) < 0.02
+    carried = carried_temperature(1.6, before, after)
+    assert 1.6 / 1.4 < carried < 1.6 / 1.2
+    assert regression_ece(y, mu, carried * after, df, LEVELS) < 0.02
+    assert regression_ece(y, mu, 1.6 * after, df, LEVELS) > 0.05
+    assert carried_temperature(1.6, before, before) == pytest.approx(1.6)
 
 
 @pytest.mark.parametrize("seed", range(3))
