@@ -196,7 +196,7 @@ class Promotion:
 class Calibrate:
     levels: int
     donor_fit: Literal["pooled", "workload-median"] = "pooled"
-    after_finetune: Literal["temperature", "width"] = "temperature"
+    after_finetune: Literal["temperature", "width", "no-wider"] = "temperature"
     warmup_refit: bool = True
 
 

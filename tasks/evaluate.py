@@ -383,10 +383,12 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set,
                   targets)
     took = time.perf_counter() - start
-    if settings.calibrate.after_finetune == "width":
-        trained.temperature = carried_temperature(
+    rule = settings.calibrate.after_finetune
+    if rule != "temperature":
+        carried = carried_temperature(
             donor.temperature, predict(donor.net, warm_graphs.graphs).t_scale.numpy(),
             predict(trained.net, warm_graphs.graphs).t_scale.numpy())
+        trained.temperature = carried if rule == "width" else min(carried, donor.temperature)
     # Too few points keep the temperature (calibration.refit_temperature's floor). Not
     # cross-fitted by workload: the model is asked about other candidates of these workloads.
     if settings.calibrate.warmup_refit:

@@ -89,11 +89,12 @@ def test_evaluate_takes_a_warmup_of_n_records_per_workload(params, pretrained, t
     assert set(report["by_source"]["evolved"]) == MODELS
 
 
-@pytest.mark.parametrize("after", ["temperature", "width"])
+@pytest.mark.parametrize("after", ["temperature", "width", "no-wider"])
 def test_a_warm_up_too_small_to_refit_keeps_the_donors_temperature_or_its_width(
         params, pretrained, after):
     """Six warm-up records hold back too few probes for a refit: the fine-tuned model keeps
-    the donor's temperature, or the donor's calibrated width carried over its fine-tune."""
+    the donor's temperature, or the donor's calibrated width carried over its fine-tune, or
+    (no-wider) whichever of the two gives the narrower intervals."""
     from calo.models.calibration import carried_temperature
     from calo.models.training import predict
     from calo.records import iter_records
@@ -106,8 +107,9 @@ def test_a_warm_up_too_small_to_refit_keeps_the_donors_temperature_or_its_width(
     tuned, _ = fine_tuned(donor, settings, graphs, warm)
     scales = [predict(m.net, graphs.graphs).t_scale.numpy() for m in (donor, tuned)]
     assert (scales[0] != scales[1]).any()  # the fine-tune moved them
-    expected = (donor.temperature if after == "temperature"
-                else carried_temperature(donor.temperature, *scales))
+    carried = carried_temperature(donor.temperature, *scales)
+    expected = {"temperature": donor.temperature, "width": carried,
+                "no-wider": min(carried, donor.temperature)}[after]
     assert tuned.temperature == pytest.approx(expected)
 
 
