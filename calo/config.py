@@ -197,7 +197,7 @@ class Calibrate:
     levels: int
     donor_fit: Literal["pooled", "workload-median"] = "pooled"
     after_finetune: Literal["temperature", "width", "no-wider"] = "temperature"
-    warmup_refit: bool = True
+    warmup_refit: Literal["off", "replace", "blend"] = "replace"
 
 
 @dataclass(frozen=True)

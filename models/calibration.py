@@ -119,6 +119,15 @@ def carried_temperature(temperature: float, before: np.ndarray, after: np.ndarra
     return float(temperature * np.exp(np.mean(np.log(before) - np.log(after))))
 
 
+def blended_temperature(prior: float, refit: float) -> float:
+    """The geometric mean of two temperatures, for two estimates of one width whose errors
+    differ in kind: a warm-up's refit answers for the probes it was fitted on (random samples
+    of the new device), the donor's carried width for the candidates of new workloads it was
+    calibrated on; the candidates a search then asks about (evolved, the fast end) are
+    neither, and each estimate missed them on its own side about as often as the other."""
+    return float(np.sqrt(prior * refit))
+
+
 def refit_temperature(part: tuple, current: float, levels: np.ndarray,
                       groups: np.ndarray | None = None) -> float:
     """The temperature fitted on these probes (y, mu, scale, df; median_temperature's with

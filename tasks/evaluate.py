@@ -44,7 +44,7 @@ from calo.errors import CaloError, reason
 from calo.evaluation import calibration, checked_temperature, predictive, ranking
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
-from calo.models.calibration import carried_temperature
+from calo.models.calibration import blended_temperature, carried_temperature
 from calo.models.training import predict
 from calo.records import (
     APPEND_ONLY,
@@ -391,10 +391,14 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
         trained.temperature = carried if rule == "width" else min(carried, donor.temperature)
     # Too few points keep the temperature (calibration.refit_temperature's floor). Not
     # cross-fitted by workload: the model is asked about other candidates of these workloads.
-    if settings.calibrate.warmup_refit:
-        trained.temperature = checked_temperature(trained.net, cal_set, trained.temperature,
+    refit = settings.calibrate.warmup_refit
+    if refit != "off":
+        before = trained.temperature
+        trained.temperature = checked_temperature(trained.net, cal_set, before,
                                                   settings.calibrate.levels,
                                                   trained.correction, cross=False)
+        if refit == "blend" and trained.temperature != before:
+            trained.temperature = blended_temperature(before, trained.temperature)
     return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],
                      "same_device": tuned["config"]["same_device"],
                      "correction_rounds": tuned["config"]["correction_rounds"]}

@@ -113,6 +113,27 @@ def test_a_warm_up_too_small_to_refit_keeps_the_donors_temperature_or_its_width(
     assert tuned.temperature == pytest.approx(expected)
 
 
+def test_a_blended_refit_is_the_geometric_mean_of_the_refit_and_the_width_before(
+        params, pretrained, monkeypatch):
+    """With the refit's floor lowered so the test device's few held-back probes refit: "replace"
+    takes the refit, "blend" the geometric mean of the refit and what "off" keeps (the carried
+    width), and a refit that moved nothing leaves all three alike."""
+    from calo.models import calibration
+    from calo.records import iter_records
+    from calo.tasks.evaluate import fine_tuned
+
+    monkeypatch.setattr(calibration, "MIN_GROUP_POINTS", 2)
+    donor = TrainedModel.load(paths.model_dir(DONOR))
+    warm = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None]
+    graphs = graph_set(donor.graph_kind, warm)
+    temperature = {rule: fine_tuned(donor, params.override({"calibrate.warmup_refit": rule}),
+                                    graphs, warm)[0].temperature
+                   for rule in ("off", "replace", "blend")}
+    assert temperature["replace"] != pytest.approx(temperature["off"])  # the refit was taken
+    assert temperature["blend"] == pytest.approx(
+        (temperature["off"] * temperature["replace"]) ** 0.5)
+
+
 def test_uncertainty_picks_random_samples_in_bands_of_predicted_latency(params, pretrained):
     from calo.artifact import TrainedModel
     from calo.models.training import predict

@@ -9,6 +9,7 @@ from torch_geometric.data import Data
 from calo import paths
 from calo.dataset import load_graphs
 from calo.models.calibration import (
+    blended_temperature,
     carried_temperature,
     checked_temperature,
     confidence_levels,
@@ -276,6 +277,26 @@ def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
                          fit_temperature(*folds[0], LEVELS)], 24)
     assert all(np.less(nll_ece(crossed), nll_ece(1.0)))   # the first check passes
     assert checked_temperature(*folds, 1.0, LEVELS) == 1.0
+
+
+def test_a_blended_temperature_lands_between_two_estimates_that_miss_on_either_side():
+    """Probes of one width (random samples) refit a temperature too narrow for candidates of a
+    wider one (evolved), a prior wider still misses them the other way: their geometric mean
+    calibrates those candidates better than either, and blending is symmetric and keeps a
+    temperature both estimates agree on."""
+    rng = np.random.default_rng(1)
+    scale, df = rng.uniform(0.3, 1.0, 4000), np.full(4000, 10.0)
+    mu = np.zeros(4000)
+    probes = 1.1 * scale * rng.standard_t(10, size=4000)
+    asked = 1.3 * scale * rng.standard_t(10, size=4000)
+    refit = fit_temperature(probes, mu, scale, df, LEVELS)
+    prior = 1.6
+    blend = blended_temperature(prior, refit)
+    assert refit < blend < prior
+    ece = {t: regression_ece(asked, mu, scale * t, df, LEVELS) for t in (refit, blend, prior)}
+    assert ece[blend] < min(ece[refit], ece[prior])
+    assert blend == pytest.approx(blended_temperature(refit, prior))
+    assert blended_temperature(1.3, 1.3) == pytest.approx(1.3)
 
 
 def test_a_carried_temperature_keeps_the_calibrated_width_a_fine_tune_moved():
