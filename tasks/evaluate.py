@@ -8,8 +8,9 @@ where the model's epistemic variance is largest, one per band of predicted laten
 the design space) instead of in measurement order. With warm-up probes, our model is fine-tuned
 on them (as the finetune stage does); its temperature starts from the donor's, or (setting
 calibrate.after_finetune) from the donor's calibrated width carried over the fine-tune, and is
-refitted on a hash-split share of them (kept only if it lowers their NLL and ECE:
-calo.evaluation.checked_temperature, cross=False).
+refitted on a hash-split share of them (taken only if it lowers their NLL and ECE:
+calo.evaluation.checked_temperature, cross=False; calibrate.warmup_refit says whether the refit
+replaces it or is pooled with it).
 TVM's XGBModel and MLPModel are each trained twice: on exactly the warm-up records (`xgb`,
 `mlp`), and on the donor's records plus the warm-up records, the data our model saw
 (`xgb_donor`, `mlp_donor`: XGBoost trained on both at once; the MLP pre-trained on the donor's,
@@ -370,8 +371,9 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
                warm: list[Record]) -> tuple[TrainedModel, dict]:
     """A copy of the model fine-tuned on the graphs of the warm-up records `warm` as the
     finetune stage does (the rule's row for their size and device), its temperature the
-    donor's (or the donor's width carried over, calibrate.after_finetune) unless a refit on a
-    hash-split share of them lowers their NLL and ECE; and how the fine-tune went."""
+    donor's (or the donor's width carried over, calibrate.after_finetune), replaced by or
+    pooled with (calibrate.warmup_refit) a refit on a hash-split share of them where that
+    lowers their NLL and ECE; and how the fine-tune went."""
     donor, trained = trained, copy.deepcopy(trained)
     fractions = cfg.Split(val=settings.split.val, test=0.0)
     is_val = [split_of(w, r, fractions) == "val"
