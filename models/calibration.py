@@ -123,8 +123,9 @@ def blended_temperature(prior: float, refit: float) -> float:
     """The geometric mean of two temperatures, for two estimates of one width whose errors
     differ in kind: a warm-up's refit answers for the probes it was fitted on (random samples
     of the new device), the donor's carried width for the candidates of new workloads it was
-    calibrated on; the candidates a search then asks about (evolved, the fast end) are
-    neither, and each estimate missed them on its own side about as often as the other."""
+    calibrated on. The candidates a search then asks about (evolved, the fast end) are
+    neither, and the two tend to miss them on opposite sides, the refit sometimes too wide and
+    sometimes too narrow."""
     return float(np.sqrt(prior * refit))
 
 
