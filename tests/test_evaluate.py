@@ -117,7 +117,7 @@ def test_a_blended_refit_is_the_geometric_mean_of_the_refit_and_the_width_before
         params, pretrained, monkeypatch):
     """With the refit's floor lowered so the test device's few held-back probes refit: "replace"
     takes the refit, "blend" the geometric mean of the refit and what "off" keeps (the carried
-    width), and a refit that moved nothing leaves all three alike."""
+    width)."""
     from calo.models import calibration
     from calo.records import iter_records
     from calo.tasks.evaluate import fine_tuned
