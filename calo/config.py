@@ -144,6 +144,9 @@ class FinetuneStep:
     lr: float
     correction: int = 0  # boosting rounds of the residual correction (calo.correction); 0: none
     anchor: float = 0.0  # decay toward the donor's weights (L2-SP, models.training.Anchor); 0: none
+    # The regression loss's weight on the fast end (models.training.fit); null: train.fast_weight
+    fast_weight: float | None = None
+    keep: Literal["best", "last"] | None = None   # which weights it ends with; null: finetune.keep
 
 
 @dataclass(frozen=True)
@@ -176,14 +179,17 @@ class Finetune:
         """Some warm-up size gets a residual correction (calo.correction)."""
         return any(step.correction > 0 for rule in self.rules.values() for step in rule)
 
-    def step_for(self, per_workload: float, same_device: bool = False) -> FinetuneStep:
+    def step_for(self, per_workload: float, same_device: bool = False,
+                 fast_weight: float = 0.0) -> FinetuneStep:
         """The row for a warm-up of `per_workload` records per workload: of the same-device
-        rule when the records are of a device the model was trained on."""
+        rule when the records are of a device the model was trained on. What the row leaves
+        out is filled in: `keep` from this section, `fast_weight` from the argument (the
+        donor's, train.fast_weight)."""
         rule = self.same_device_rule if same_device and self.same_device_rule else self.rule
-        for step in rule:
-            if step.up_to is None or per_workload <= step.up_to:
-                return step
-        return rule[-1]
+        step = next((s for s in rule if s.up_to is None or per_workload <= s.up_to), rule[-1])
+        return dataclasses.replace(
+            step, keep=step.keep or self.keep,
+            fast_weight=fast_weight if step.fast_weight is None else step.fast_weight)
 
 
 @dataclass(frozen=True)
@@ -359,6 +365,9 @@ def _check_references(s: Settings, where: str) -> None:
         if any(step.anchor < 0 for step in rule):
             raise CaloError(f"{where}: finetune.{name}: anchor must be >= 0 (0: no pull toward "
                             "the donor's weights)")
+        if any(step.fast_weight is not None and step.fast_weight < 0 for step in rule):
+            raise CaloError(f"{where}: finetune.{name}: fast_weight must be >= 0 (0: every "
+                            "record's loss weighs alike)")
     for name, search in (("tune.search", s.tune.search), ("tune.calo_search", s.tune.calo_search)):
         if not 0 <= search.eps_greedy <= 1:
             raise CaloError(f"{where}: {name}.eps_greedy is a share of each round's picks, in "

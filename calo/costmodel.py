@@ -123,7 +123,8 @@ class CaloCostModel(PyCostModel):
         # a new one.
         target = {target_key(context.target)} if context.target is not None else set()
         per_task = len(self.measured) / len(set(self.tasks))
-        step = self.finetune.step_for(per_task, self.trained.trained_on(target))
+        step = self.finetune.step_for(per_task, self.trained.trained_on(target),
+                                      self.train.fast_weight)
         if step != self.step:
             self.step = step
             self.model.set_trainable(step.layers)
@@ -145,7 +146,7 @@ class CaloCostModel(PyCostModel):
                            rank_weighting=self.train.rank_weighting,
                            rank_loss=self.train.rank_loss,
                            rank_sharpness=self.train.rank_sharpness,
-                           fast_weight=self.train.fast_weight)
+                           fast_weight=step.fast_weight)
                 self.anchor.pull(self.model, step.lr, step.anchor)
                 steps += 1
                 if steps >= self.update_steps:

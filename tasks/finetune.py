@@ -33,17 +33,18 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
           val: GraphSet, targets: set[str], label: str | None = None) -> dict:
     """Stage 2 of the transfer: train the donor model on warm-up graphs of `targets`
     (records.target_key), with the rule's row for their number per workload (which layers,
-    epochs, learning rate, pull toward the donor): the same-device rule's if the model was
+    epochs, learning rate, pull toward the donor, weight on the fast end, which epoch's
+    weights it keeps): the same-device rule's if the model was
     trained on those targets already. The model then counts them among its own. With
     `label`, each epoch logs a progress line under it."""
     same_device = trained.trained_on(targets)
-    step = finetune.step_for(graphs.per_workload(), same_device)
+    step = finetune.step_for(graphs.per_workload(), same_device, train.fast_weight)
     on_epoch = log_epoch(label, step.epochs) if label else None
     shift = recenter(trained.net, graphs.graphs) if finetune.recenter else 0.0
     trained.net.set_trainable(step.layers)
     schedule = {**compute.fit_options(train), "lr": step.lr, "batch_size": finetune.batch_size,
                 "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None,
-                "anchor": step.anchor, "keep": finetune.keep}
+                "anchor": step.anchor, "keep": step.keep, "fast_weight": step.fast_weight}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
     trained.correction = fit_residuals(trained.net, finetune.correction, step.correction,

@@ -137,6 +137,16 @@ def test_finetune_rule_picks_the_first_row_covering_the_warmup_size(params):
     assert [rule.step_for(n).epochs for n in (1, 8, 8.5, 64, 2000)] == [5, 5, 20, 20, 10]
 
 
+def test_a_rule_row_takes_the_sections_keep_and_the_donors_fast_weight_unless_it_says(params):
+    rule = params.override({"finetune.keep": "best", "finetune.rule": [
+        {"up_to": 16, "layers": "all", "epochs": 10, "lr": 3.0e-4},
+        {"up_to": None, "layers": "all", "epochs": 30, "lr": 1.0e-4, "fast_weight": 4.0,
+         "keep": "last"}]}).finetune
+    small, large = rule.step_for(8, fast_weight=1.0), rule.step_for(96, fast_weight=1.0)
+    assert (small.keep, small.fast_weight) == ("best", 1.0)
+    assert (large.keep, large.fast_weight) == ("last", 4.0)
+
+
 def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
     rules = params.override({
         "finetune.rule": [{"up_to": None, "layers": "all", "epochs": 30, "lr": 3.0e-3}],
@@ -161,6 +171,9 @@ def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
     (lambda raw: raw["finetune"].update(rule=[]),
      "finetune.rule must list rows by increasing up_to, the last with up_to: null"),
     (lambda raw: raw["finetune"]["rule"][0].update(anchor=-1), "anchor must be >= 0"),
+    (lambda raw: raw["finetune"]["rule"][0].update(fast_weight=-1), "fast_weight must be >= 0"),
+    (lambda raw: raw["finetune"]["rule"][0].update(keep="first"),
+     "finetune.rule[0].keep must be one of best, last, got 'first'"),
     (lambda raw: raw["finetune"].update(anchor=10), "unknown key 'finetune.anchor'"),
     (lambda raw: raw["tune"]["calo_search"].update(eps_greedy=2),
      "tune.calo_search.eps_greedy is a share of each round's picks, in [0, 1], got 2"),

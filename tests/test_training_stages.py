@@ -40,6 +40,26 @@ def test_finetune_adapts_the_layers_its_rule_names_for_the_warmup_size(params, p
     assert any(not torch.equal(donor[k], tuned[k]) for k in donor if k not in head)
 
 
+def test_a_fine_tune_trains_with_its_rows_fast_end_weight_and_keeps_its_rows_epoch(
+        params, pretrained):
+    from calo.tasks.finetune import adapt
+
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
+    row = {"up_to": None, "layers": "all", "epochs": 3, "lr": 3.0e-3}
+    results = {}
+    for fast_weight in (0.0, 4.0):
+        settings = params.override({"finetune.keep": "best", "finetune.rule": [
+            {**row, "fast_weight": fast_weight, "keep": "last"}]})
+        results[fast_weight] = adapt(TrainedModel.load(paths.model_dir(DONOR)),
+                                     settings.finetune, settings.train, graphs, graphs, set())
+    for fast_weight, result in results.items():
+        assert result["config"]["fast_weight"] == fast_weight
+        assert result["kept_epoch"] == result["epochs"] - 1 == 2
+    # The same draws from the same start: only the weighting can set the two runs apart.
+    losses = [[h["train_loss"] for h in r["history"]] for r in results.values()]
+    assert losses[0] != losses[1]
+
+
 def test_promote_registers_the_calibrated_artifact_under_the_device_alias(params, promoted):
     client = MlflowClient()
     donor = client.get_model_version_by_alias("calo-gnn", "donor")
