@@ -34,9 +34,9 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     """Stage 2 of the transfer: train the donor model on warm-up graphs of `targets`
     (records.target_key), with the rule's row for their number per workload (which layers,
     epochs, learning rate, pull toward the donor, weight on the fast end, which epoch's
-    weights it keeps): the same-device rule's if the model was
-    trained on those targets already. The model then counts them among its own. With
-    `label`, each epoch logs a progress line under it."""
+    weights it keeps): the same-device rule's if the model was trained on those targets
+    already. The model then counts them among its own. With `label`, each epoch logs a
+    progress line under it."""
     same_device = trained.trained_on(targets)
     step = finetune.step_for(graphs.per_workload(), same_device, train.fast_weight)
     on_epoch = log_epoch(label, step.epochs) if label else None
