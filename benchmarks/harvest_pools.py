@@ -77,15 +77,15 @@ def overrides(items: list[str]) -> dict:
     return {key: yaml.safe_load(value) for key, _, value in (i.partition("=") for i in items)}
 
 
-def pool_settings(base: Settings, kind: str, device: str, build_workers: int | None = None
-                  ) -> Settings:
+def pool_settings(base: Settings, kind: str, device: str, build_workers: int | None = None,
+                  pool: str | None = None) -> Settings:
     """Settings with the pool as a device measured exactly like `device`: one of params.yaml's
     devices, or one of its device_templates (cuda) on a machine that has such a device."""
     entry = base.raw["devices"].get(device) or base.raw.get("device_templates", {}).get(device)
     if entry is None:
         raise SystemExit(f"unknown device '{device}': not among params.yaml's devices or "
                          "device_templates")
-    changes = {f"devices.{pool_name(kind, device)}": entry}
+    changes = {f"devices.{pool or pool_name(kind, device)}": entry}
     if build_workers:
         changes["harvest.build_workers"] = build_workers
     if kind == "heldout":
@@ -119,14 +119,18 @@ def main() -> None:
     parser.add_argument("--workload", action="append", default=None,
                         help="only these of the pool's workloads (repeatable; default: all "
                              "of the --shape, or all of HELD_OUT)")
+    parser.add_argument("--pool", default=None,
+                        help="name of the store (data/records/<pool>) and packed file instead "
+                             "of suite-<device> or heldout-<device>: e.g. the selection "
+                             "split's workloads on a new device, apart from its suite pool")
     parser.add_argument("--pack", action="store_true",
                         help="write the store to benchmarks/data/<pool>.tar.gz afterwards")
     args = parser.parse_args()
 
     from calo.tasks.harvest import harvest
 
-    settings = pool_settings(load_settings(), args.kind, args.device, args.build_workers)
-    pool = pool_name(args.kind, args.device)
+    pool = args.pool or pool_name(args.kind, args.device)
+    settings = pool_settings(load_settings(), args.kind, args.device, args.build_workers, pool)
     names = suite.names(args.shape) if args.kind == "donor" else list(HELD_OUT)
     if args.workload:
         unknown = sorted(set(args.workload) - set(names))

@@ -138,6 +138,11 @@ def with_overrides(settings: Settings, donor: str, items: list[str]) -> Settings
         **overrides(items)})
 
 
+def open_pool(pool: Path, into: Path) -> Path:
+    """A pool's store directory: a packed pool unpacked into `into`, a directory as it is."""
+    return pool if pool.is_dir() else unpack(pool, into)
+
+
 def pool_label(pool: Path) -> str:
     """A held-out pool's name in the report: its file or directory name without .tar.gz."""
     return pool.name.removesuffix(".tar.gz")
@@ -359,6 +364,12 @@ def main() -> None:
                         help="unseen-shape split: score on these pools instead (packed .tar.gz "
                              "or store directories, any TVM database), e.g. another device's "
                              "suite pool for transfer to that device")
+    parser.add_argument("--selection-pool", type=Path, default=None, metavar="POOL",
+                        help="selection splits: score the devices other than cpu-host from "
+                             "this pool (packed .tar.gz or a store directory) instead of their "
+                             "suite pool, e.g. benchmarks/data/selection-cpu-generic-1core.tar.gz"
+                             ", the split's held-out workloads measured deep enough for "
+                             "warm-ups past 8 records")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a params.yaml value, e.g. train.rank_weight=0")
     parser.add_argument("--donor-pool", type=Path, default=POOLS["cpu-host"],
@@ -407,9 +418,16 @@ def main() -> None:
         args.pretrain_also = [d for d in POOLS if d != "cpu-host"] if shared else []
     if args.device_records and (args.split != "unseen-shape" or args.held_out):
         parser.error("--device-records is for the unseen-shape split's own held-out pools")
+    if args.selection_pool and not (args.split.startswith("dev")
+                                    and set(args.devices or []) - {"cpu-host"}):
+        parser.error("--selection-pool is for a selection split (--split dev or dev-shape) "
+                     "with --devices naming a device other than cpu-host")
+    if args.selection_pool and not args.selection_pool.exists():
+        parser.error(f"--selection-pool: no pool at {args.selection_pool}")
     donor_model = args.donor_model.resolve() if args.donor_model else None
     args.donor_pool = args.donor_pool.resolve()
     args.held_out = args.held_out and [p.resolve() for p in args.held_out]
+    args.selection_pool = args.selection_pool and args.selection_pool.resolve()
     args.out = args.out.resolve()
     args.baselines_from = args.baselines_from and args.baselines_from.resolve()
     log = get_logger()
@@ -438,11 +456,14 @@ def main() -> None:
         # On the donor's device, its pool's held-out workloads; on another device, the same
         # workloads in that device's pool (a new device too).
         for device in args.devices or ["cpu-host"]:
-            store = host if device == "cpu-host" else unpack(POOLS[device], pools)
+            source = args.selection_pool if device != "cpu-host" else None
+            store = (host if device == "cpu-host" else open_pool(source, pools) if source
+                     else unpack(POOLS[device], pools))
             counts = records.count_by_workload(store)
             scored = {n for k, n in records.load_names(store).items()
                       if n in names.values() and out_of_donor(n) and counts.get(k, 0) >= least}
-            name = args.split if device == "cpu-host" else f"{args.split}-{device}"
+            name = (args.split if device == "cpu-host"
+                    else f"{args.split}-{pool_label(source) if source else device}")
             held_out[name] = pools / f"{name}-held-out"
             records.subset_store(store, held_out[name], lambda n, s=scored: n in s)
             log.info(f"{name}: {len(held)} operators held out, {len(shapes)} workloads of kept "

@@ -1,5 +1,7 @@
+import sys
+
 import pytest
-from offline_eval import paired
+from offline_eval import main, paired
 
 
 def _scores(tau: float, top1: float) -> dict:
@@ -26,3 +28,17 @@ def test_paired_needs_two_workloads_and_a_rival():
     assert paired({"per_workload": {"a": {"calo": _scores(0.5, 1.0)}}}) == {}
     assert paired({"per_workload": {"a": {"calo": _scores(0.5, 1.0)},
                                     "b": {"calo": _scores(0.1, 1.0)}}}) == {}
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--selection-pool", "p.tar.gz"], "is for a selection split"),
+    (["--split", "dev-shape", "--selection-pool", "p.tar.gz"], "is for a selection split"),
+    (["--split", "dev", "--devices", "cpu-generic-1core", "--selection-pool", "nowhere.tar.gz"],
+     "no pool at nowhere.tar.gz"),
+])
+def test_a_selection_pool_is_refused_where_nothing_would_read_it(argv, problem, monkeypatch,
+                                                                  capsys):
+    monkeypatch.setattr(sys, "argv", ["offline_eval.py", *argv])
+    with pytest.raises(SystemExit):
+        main()
+    assert problem in capsys.readouterr().err

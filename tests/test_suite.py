@@ -3,7 +3,7 @@
 import sys
 
 import pytest
-from harvest_pools import HELD_OUT, UNSEEN_OPERATORS, heldout_workloads, pool_name
+from harvest_pools import HELD_OUT, UNSEEN_OPERATORS, heldout_workloads, pool_name, pool_settings
 from harvest_pools import main as harvest_pools_main
 
 from calo import paths, records, suite
@@ -73,3 +73,11 @@ def test_a_held_out_harvest_refuses_a_workload_its_pool_lacks(params, monkeypatc
     with pytest.raises(SystemExit, match="not a workload of the heldout pool: matmul@7x7x7"):
         harvest_pools_main()
     assert not paths.records_dir(pool_name("heldout", TARGET)).exists()
+
+
+def test_a_named_pool_is_its_own_store_measured_like_its_device(params):
+    from tests.conftest import TARGET
+
+    named = pool_settings(params, "donor", TARGET, pool="selection-x")
+    assert named.raw["devices"]["selection-x"] == params.raw["devices"][TARGET]
+    assert pool_name("donor", TARGET) not in named.raw["devices"]
