@@ -204,6 +204,7 @@ class Calibrate:
     donor_fit: Literal["pooled", "workload-median"] = "pooled"
     after_finetune: Literal["temperature", "width", "no-wider"] = "temperature"
     warmup_refit: Literal["off", "replace", "blend"] = "replace"
+    objective: Literal["ece", "nll"] = "ece"   # what every temperature fit minimizes
 
 
 @dataclass(frozen=True)

@@ -75,11 +75,13 @@ def calibration(y: np.ndarray, mu: np.ndarray, scale: np.ndarray, df: np.ndarray
 
 def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
                         levels: int, correction: Corrector | None = None,
-                        by_workload: bool = False, cross: bool = True) -> float:
+                        by_workload: bool = False, cross: bool = True,
+                        objective: cal.Objective = "ece") -> float:
     """A temperature for these held-out graphs that never makes calibration worse: the graphs
     are cut into two folds by workload (by record, for one workload), a temperature fitted on
     each fold must keep NLL and ECE of the other at least as good as `current`'s.
     `by_workload`: each fit is the median of the workloads' own (cal.median_temperature).
+    `objective`: what a fit minimizes, ECE or NLL (both are checked either way).
     `cross=False` checks the refit on the graphs themselves instead: for a temperature asked to
     serve other candidates of the same workloads (a warm-up's refit), where workloads whose
     errors differ in width make the folds' fits misfit each other and refuse a temperature
@@ -88,7 +90,7 @@ def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
         if len(graphs) < 2 * cal.MIN_GROUP_POINTS:  # refit_temperature's floor, unpredicted
             return current
         return cal.refit_temperature(predictive(model, graphs, correction=correction), current,
-                                     confidence_levels(levels))
+                                     confidence_levels(levels), objective=objective)
     halves = Split(val=0.5, test=0.0)
     names = sorted(set(graphs.workload))
     if len(names) >= 2:
@@ -103,4 +105,4 @@ def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
     groups = (a.workload, b.workload) if by_workload else None
     return cal.checked_temperature(predictive(model, a, correction=correction),
                                    predictive(model, b, correction=correction), current,
-                                   confidence_levels(levels), groups)
+                                   confidence_levels(levels), groups, objective)

@@ -2,13 +2,18 @@
 
 ECE follows Kuleshov et al.: for confidence levels p, the share of targets inside the central
 p-interval should be p; ECE is the mean absolute gap. The temperature tau scales the predictive
-scale (variance by tau^2) and is fitted by BFGS on a smoothed ECE, started from a grid.
+scale (variance by tau^2) and is fitted by BFGS on a smoothed ECE, started from a grid, or
+(objective "nll") by the NLL, which is unimodal in log tau.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 from scipy import optimize, special
+
+Objective = Literal["ece", "nll"]
 
 MIN_GROUP_POINTS = 20  # a group's own temperature from fewer points is mostly noise
 MIN_GROUPS = 3         # the median of fewer groups' temperatures is no better than a pooled fit
@@ -41,9 +46,17 @@ def student_t_nll(y, mu, scale, df) -> float:
     return float(-logpdf.mean())
 
 
-def fit_temperature(y, mu, scale, df, levels: np.ndarray, smoothing: float = 0.02) -> float:
-    """tau minimizing validation ECE when the predictive scale becomes tau * scale."""
+def fit_temperature(y, mu, scale, df, levels: np.ndarray, smoothing: float = 0.02,
+                    objective: Objective = "ece") -> float:
+    """tau minimizing validation ECE (or NLL) when the predictive scale becomes tau * scale.
+    The ECE counts only which side of each interval a target falls, so a few folds of
+    differently wide workloads can pull it far apart; the NLL weighs how far out each is."""
     y, mu, scale, df = (np.asarray(a, dtype=np.float64) for a in (y, mu, scale, df))
+    if objective == "nll":
+        result = optimize.minimize_scalar(
+            lambda t: student_t_nll(y, mu, scale * np.exp(t), df), bounds=(-4.0, 4.0),
+            method="bounded")
+        return float(np.exp(result.x))
 
     def hard(log_tau: float) -> float:
         return regression_ece(y, mu, scale * np.exp(log_tau), df, levels)
@@ -62,7 +75,7 @@ def fit_temperature(y, mu, scale, df, levels: np.ndarray, smoothing: float = 0.0
 
 
 def median_temperature(y, mu, scale, df, groups, levels: np.ndarray,
-                       least: int = MIN_GROUP_POINTS) -> float:
+                       least: int = MIN_GROUP_POINTS, objective: Objective = "ece") -> float:
     """The median of each group's own ECE-optimal temperature (groups of `least` points or
     more; with fewer than MIN_GROUPS of them, the pooled fit). A pooled fit lets a few groups
     whose level the model misses, their residuals a shift rather than a spread, widen every
@@ -72,19 +85,20 @@ def median_temperature(y, mu, scale, df, groups, levels: np.ndarray,
     names, counts = np.unique(groups, return_counts=True)
     kept = names[counts >= least]
     if len(kept) < MIN_GROUPS:
-        return fit_temperature(y, mu, scale, df, levels)
-    return float(np.median([fit_temperature(y[m], mu[m], scale[m], df[m], levels)
+        return fit_temperature(y, mu, scale, df, levels, objective=objective)
+    return float(np.median([fit_temperature(y[m], mu[m], scale[m], df[m], levels,
+                                            objective=objective)
                             for m in (groups == g for g in kept)]))
 
 
 def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
-                        groups: tuple | None = None) -> float:
+                        groups: tuple | None = None, objective: Objective = "ece") -> float:
     """A temperature that must earn its place. Two disjoint parts (y, mu, scale, df; e.g.
     probes of different workloads) each get the temperature fitted on the other: only if these
     cross-fitted predictions have lower NLL and ECE than `current` gives them, pooled, is the
     temperature refitted on both parts, and it is returned only if it too lowers both there;
-    otherwise `current` is kept. (ECE is fitted, NLL only checked: on a few dozen probes the
-    ECE-optimal scale can cost NLL, and a temperature that trades one for the other is noise.)
+    otherwise `current` is kept. (One is fitted, by `objective`, both are checked: a
+    temperature that trades one for the other is noise.)
     With `groups` (each part's group labels, e.g. workloads) a fit is median_temperature's.
     A part of fewer than MIN_GROUP_POINTS probes keeps `current`: on a dozen probes the two
     parts' ECEs differ by more than any temperature changes them."""
@@ -94,8 +108,8 @@ def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
     labels_a, labels_b = groups if groups is not None else (None, None)
 
     def fit(part: tuple, labels) -> float:
-        return (fit_temperature(*part, levels) if labels is None
-                else median_temperature(*part, labels, levels))
+        return (fit_temperature(*part, levels, objective=objective) if labels is None
+                else median_temperature(*part, labels, levels, objective=objective))
 
     def pooled(tau_a: float, tau_b: float) -> tuple[float, float]:
         tau = np.concatenate([np.full(len(a[0]), tau_a), np.full(len(b[0]), tau_b)])
@@ -106,7 +120,7 @@ def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
     if not (crossed[0] < kept[0] and crossed[1] < kept[1]):
         return current
     return refit_temperature(both, current, levels, None if groups is None
-                             else np.concatenate(groups))
+                             else np.concatenate(groups), objective)
 
 
 def carried_temperature(temperature: float, before: np.ndarray, after: np.ndarray) -> float:
@@ -130,15 +144,15 @@ def blended_temperature(prior: float, refit: float) -> float:
 
 
 def refit_temperature(part: tuple, current: float, levels: np.ndarray,
-                      groups: np.ndarray | None = None) -> float:
+                      groups: np.ndarray | None = None, objective: Objective = "ece") -> float:
     """The temperature fitted on these probes (y, mu, scale, df; median_temperature's with
     `groups`) if it lowers both their NLL and their ECE against `current`, else `current`.
     Fewer than 2 * MIN_GROUP_POINTS probes keep `current`."""
     y, mu, scale, df = part
     if len(y) < 2 * MIN_GROUP_POINTS:
         return current
-    tau = (fit_temperature(y, mu, scale, df, levels) if groups is None
-           else median_temperature(y, mu, scale, df, groups, levels))
+    tau = (fit_temperature(y, mu, scale, df, levels, objective=objective) if groups is None
+           else median_temperature(y, mu, scale, df, groups, levels, objective=objective))
 
     def scores(t: float) -> tuple[float, float]:
         return student_t_nll(y, mu, scale * t, df), regression_ece(y, mu, scale * t, df, levels)

@@ -51,7 +51,8 @@ def _calibrate(settings: cfg.Settings, device: str) -> dict:
         raise CaloError(f"device '{device}' has too few validation graphs ({len(val)})")
     levels = settings.calibrate.levels
     before_tau = trained.temperature
-    tau = checked_temperature(trained.net, val, before_tau, levels, trained.correction)
+    tau = checked_temperature(trained.net, val, before_tau, levels, trained.correction,
+                              objective=settings.calibrate.objective)
     report: dict = {"temperature": tau, "kept_previous": float(tau == before_tau)}
     for name, part in (("val", val), ("test", test)):
         before = evaluate(trained.net, part, levels, before_tau, trained.correction)

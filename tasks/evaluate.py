@@ -398,7 +398,8 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
         before = trained.temperature
         trained.temperature = checked_temperature(trained.net, cal_set, before,
                                                   settings.calibrate.levels,
-                                                  trained.correction, cross=False)
+                                                  trained.correction, cross=False,
+                                                  objective=settings.calibrate.objective)
         if refit == "blend" and trained.temperature != before:
             trained.temperature = blended_temperature(before, trained.temperature)
     return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],

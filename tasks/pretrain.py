@@ -135,7 +135,8 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     levels = settings.calibrate.levels
     trained.temperature = checked_temperature(
         trained.net, calibration, 1.0, levels,
-        by_workload=settings.calibrate.donor_fit == "workload-median")
+        by_workload=settings.calibrate.donor_fit == "workload-median",
+        objective=settings.calibrate.objective)
     # train: how well it fits what it learned from (tau far below the validation split's
     # ceiling there means it underfits rather than overfits)
     parts = [("train", train), ("val", val), ("test", test)] + (

@@ -83,6 +83,31 @@ def test_fit_temperature_recovers_the_missing_scale():
     assert regression_ece(y, args[1], tau * args[2], args[3], LEVELS) < 0.02
 
 
+def test_an_nll_temperature_is_the_likelihoods_own_optimum():
+    rng = np.random.default_rng(2)
+    df = np.full(2000, 5.0)
+    y = 2.0 * rng.standard_t(5.0, 2000)
+    mu, scale = np.zeros_like(y), np.ones_like(y)
+    tau = fit_temperature(y, mu, scale, df, LEVELS, objective="nll")
+    grid = np.linspace(1.0, 3.0, 2001)
+    best = grid[np.argmin([student_t_nll(y, mu, scale * t, df) for t in grid])]
+    assert abs(tau - best) < 2e-3 and abs(tau - 2.0) < 0.15
+
+
+def test_checked_temperature_fits_by_the_objective_it_is_given():
+    # Tails heavier than the Gaussian predictive's: the likelihood wants wider intervals than
+    # the coverage count does.
+    rng = np.random.default_rng(3)
+    y = rng.standard_t(3.0, 4000)
+    folds = tuple((y[k::2], np.zeros(2000), np.ones(2000), np.full(2000, 1e6)) for k in (0, 1))
+    pooled = tuple(np.concatenate(x) for x in zip(*folds))
+    by_ece = checked_temperature(*folds, 0.5, LEVELS)
+    by_nll = checked_temperature(*folds, 0.5, LEVELS, objective="nll")
+    assert by_nll == pytest.approx(fit_temperature(*pooled, LEVELS, objective="nll"))
+    assert by_ece == pytest.approx(fit_temperature(*pooled, LEVELS))
+    assert by_nll > by_ece + 0.1
+
+
 def test_training_on_measured_graphs_fits_them_and_keeps_the_best_epoch(params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
     train, val = graphs.graphs[::2], graphs.graphs[1::2]
