@@ -101,6 +101,11 @@ def unpack(pool: Path, into: Path) -> Path:
     return into / top
 
 
+def open_pool(pool: Path, into: Path) -> Path:
+    """A pool's store directory: a packed pool unpacked into `into`, a directory as it is."""
+    return pool if pool.is_dir() else unpack(pool, into)
+
+
 def pack(store: Path, out: Path) -> None:
     with tarfile.open(out, "w:gz") as tar:
         tar.add(store, arcname=store.name)

@@ -79,7 +79,7 @@ from calo.devices import preload_tensor_intrinsics
 preload_tensor_intrinsics()  # before torch_geometric is imported
 
 import numpy as np  # noqa: E402
-from harvest_pools import UNSEEN_OPERATORS, overrides, unpack  # noqa: E402
+from harvest_pools import UNSEEN_OPERATORS, open_pool, overrides, unpack  # noqa: E402
 
 from calo import paths, records, suite  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
@@ -136,11 +136,6 @@ def with_overrides(settings: Settings, donor: str, items: list[str]) -> Settings
         "donor": donor,
         f"devices.{donor}": {"target": {"kind": "llvm"}, "candidates_per_workload": 0},
         **overrides(items)})
-
-
-def open_pool(pool: Path, into: Path) -> Path:
-    """A pool's store directory: a packed pool unpacked into `into`, a directory as it is."""
-    return pool if pool.is_dir() else unpack(pool, into)
 
 
 def pool_label(pool: Path) -> str:
@@ -456,14 +451,16 @@ def main() -> None:
         # On the donor's device, its pool's held-out workloads; on another device, the same
         # workloads in that device's pool (a new device too).
         for device in args.devices or ["cpu-host"]:
-            source = args.selection_pool if device != "cpu-host" else None
-            store = (host if device == "cpu-host" else open_pool(source, pools) if source
-                     else unpack(POOLS[device], pools))
+            if device == "cpu-host":
+                store, name = host, args.split
+            elif args.selection_pool:
+                store = open_pool(args.selection_pool, pools)
+                name = f"{args.split}-{pool_label(args.selection_pool)}"
+            else:
+                store, name = unpack(POOLS[device], pools), f"{args.split}-{device}"
             counts = records.count_by_workload(store)
             scored = {n for k, n in records.load_names(store).items()
                       if n in names.values() and out_of_donor(n) and counts.get(k, 0) >= least}
-            name = (args.split if device == "cpu-host"
-                    else f"{args.split}-{pool_label(source) if source else device}")
             held_out[name] = pools / f"{name}-held-out"
             records.subset_store(store, held_out[name], lambda n, s=scored: n in s)
             log.info(f"{name}: {len(held)} operators held out, {len(shapes)} workloads of kept "
@@ -516,7 +513,7 @@ def main() -> None:
     shared_stores = args.pretrain_also and [paths.records_dir(d)
                                             for d in (settings.donor, *args.pretrain_also)]
     for device, pool in held_out.items():
-        store = pool if pool.is_dir() else unpack(pool, pools)
+        store = open_pool(pool, pools)
         scored, donor_stores = model_dir, shared_stores or None
         if args.device_records and device != "cpu-host":
             keep = donor_model and donor_model.with_name(f"{donor_model.name}-{device}")

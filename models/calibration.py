@@ -76,7 +76,7 @@ def fit_temperature(y, mu, scale, df, levels: np.ndarray, smoothing: float = 0.0
 
 def median_temperature(y, mu, scale, df, groups, levels: np.ndarray,
                        least: int = MIN_GROUP_POINTS, objective: Objective = "ece") -> float:
-    """The median of each group's own ECE-optimal temperature (groups of `least` points or
+    """The median of each group's own fitted temperature (groups of `least` points or
     more; with fewer than MIN_GROUPS of them, the pooled fit). A pooled fit lets a few groups
     whose level the model misses, their residuals a shift rather than a spread, widen every
     group's intervals; the median scales the spread of a typical group."""
