@@ -153,7 +153,8 @@ def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict
                                       also)
     trained.save(out)
     return {"train_graphs": len(train), "val_graphs": len(val),
-            "train_s": time.perf_counter() - start, **metrics}
+            "train_s": time.perf_counter() - start, **metrics,
+            "device_temperatures": trained.device_temperatures}
 
 
 def device_model(settings: Settings, device: str, donor_dir: Path, pools: Path,

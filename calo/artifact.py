@@ -2,7 +2,7 @@
 
 On disk it is a directory of two files, `weights.pt` (a state dict, standardization included,
 loaded with `weights_only=True`: nothing unpickles code) and `model.json` (the configuration,
-the graph schema it reads and the calibration temperature), and a third, `correction.json`,
+the graph schema it reads and the calibration temperatures), and a third, `correction.json`,
 when a fine-tune fitted a residual correction (calo.correction; XGBoost's own JSON format).
 The pipeline's stages, the MLflow registry, `calo evaluate`, the benchmarks and the
 Meta-Schedule cost model all save and load it here.
@@ -76,6 +76,10 @@ class TrainedModel:
     temperature: float = 1.0        # served variance = temperature^2 * variance
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # lineage: donor, records
     correction: Corrector | None = None  # the device's residual correction, if fitted
+    # A donor trained on several devices: each one's own temperature (records.target_key ->
+    # temperature), fitted on its calibration records. One device's errors can be wider than
+    # another's, and a pooled temperature then misses both.
+    device_temperatures: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def new(cls, settings: cfg.Settings) -> TrainedModel:
@@ -86,6 +90,18 @@ class TrainedModel:
         """Whether all these targets (records.target_key) are of devices this model was
         trained on: adapting to them is then learning new workloads, not a new device."""
         return bool(targets) and targets <= set(self.info.get("targets", ()))
+
+    def temperature_for(self, targets: set[str]) -> float:
+        """The temperature for records of these targets: the device's own where they are one
+        device that has one, else the pooled one."""
+        if len(targets) == 1:
+            return self.device_temperatures.get(next(iter(targets)), self.temperature)
+        return self.temperature
+
+    def for_device(self, targets: set[str]) -> TrainedModel:
+        """This model as one device's (sharing the network): its temperature for `targets`."""
+        return dataclasses.replace(self, temperature=self.temperature_for(targets),
+                                   device_temperatures={})
 
     @property
     def graph_kind(self) -> str:
@@ -119,6 +135,7 @@ class TrainedModel:
 
     def describe(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self.config), "temperature": self.temperature,
+                "device_temperatures": self.device_temperatures,
                 "correction": self.correction is not None, "info": self.info}
 
     @classmethod
@@ -133,7 +150,9 @@ class TrainedModel:
             config = ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
                                     for k, v in blob.items() if k in fields})
             temperature = float(blob["temperature"])
-        except (ValueError, TypeError, KeyError) as err:
+            per_device = {str(k): float(v)
+                          for k, v in blob.get("device_temperatures", {}).items()}
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
             raise CaloError(f"{path / CONFIG} is not a model configuration: {reason(err)}") \
                 from None
         net = config.build()
@@ -151,7 +170,7 @@ class TrainedModel:
             except Exception as err:  # missing, or not an XGBoost model
                 raise CaloError(f"{path / CORRECTION} does not hold this model's correction: "
                                 f"{reason(err)[:160]}") from None
-        return cls(net, config, temperature, dict(blob.get("info", {})), correction)
+        return cls(net, config, temperature, dict(blob.get("info", {})), correction, per_device)
 
 
 def load_with_graphs(device: str, model_dir: Path, made_by: str) -> tuple[TrainedModel, GraphSet]:

@@ -79,9 +79,10 @@ class CaloCostModel(PyCostModel):
                       train=settings.train, seed=tune.seed, correct_top=tune.correct_top)
         return cls(trained, **{**kwargs, **overrides})
 
-    @property
-    def temperature(self) -> float:
-        return self.trained.temperature
+    def temperature(self, context) -> float:
+        """The model's temperature for the search's device (a donor's per-device one)."""
+        targets = {target_key(context.target)} if context.target is not None else set()
+        return self.trained.temperature_for(targets)
 
     def kappa(self) -> float:
         if self.constant_kappa is not None:
@@ -99,6 +100,7 @@ class CaloCostModel(PyCostModel):
         loaded = TrainedModel.load(Path(path))
         self.model.load_state_dict(loaded.net.state_dict())
         self.trained.temperature = loaded.temperature
+        self.trained.device_temperatures = loaded.device_temperatures
         self.trained.correction = loaded.correction
         state_file = Path(path) / ONLINE_STATE
         if state_file.is_file():
@@ -190,7 +192,7 @@ class CaloCostModel(PyCostModel):
         self.model.eval()
         batch, graphs = self.batch(context, candidates)
         d = self.model.to_log_latency(self.model(*batch))
-        d = d.scaled(self.temperature)
+        d = d.scaled(self.temperature(context))
         bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
         if self.trained.correction is not None:
             bound = self.corrected(context, candidates, graphs, bound)

@@ -265,13 +265,18 @@ def target_key(target) -> str:
     return json.dumps(spec, sort_keys=True)
 
 
-def store_targets(path: Path) -> set[str]:
-    """The targets a store's records were measured on (target_key), read from the record
-    file's JSON without building TVM's records."""
+def record_targets(path: Path) -> list[str | None]:
+    """The target (target_key) each of a store's records was measured on, by index; read from
+    the record file's JSON without building TVM's records."""
     if not (path / RECORD_FILE).is_file():
-        return set()
+        return []
     specs = (json.loads(line)[1][2] for line in complete_lines(path / RECORD_FILE))
-    return {target_key(spec) for spec in specs if spec is not None}
+    return [None if spec is None else target_key(spec) for spec in specs]
+
+
+def store_targets(path: Path) -> set[str]:
+    """The targets a store's records were measured on (target_key)."""
+    return {key for key in record_targets(path) if key is not None}
 
 
 def describe_target(key: str) -> str:

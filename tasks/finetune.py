@@ -63,7 +63,8 @@ def finetune(settings: cfg.Settings, device: str) -> dict:
 
 def _finetune(settings: cfg.Settings, device: str) -> dict:
     settings.target_device(device)
-    trained = load_donor(settings)
+    targets = store_targets(paths.records_dir(device))
+    trained = load_donor(settings).for_device(targets)
     graphs = load_graphs(paths.graphs_path(device), trained.graph_kind,
                          settings.extracts_stores(device))
     train, val = (graphs.split(s, settings.split) for s in ("train", "val"))
@@ -73,8 +74,8 @@ def _finetune(settings: cfg.Settings, device: str) -> dict:
     levels = settings.calibrate.levels
     with registry.start_run(settings, "finetune", f"finetune-{device}"):
         before = evaluate(trained.net, val, levels, trained.temperature)
-        result = adapt(trained, settings.finetune, settings.train, train, val,
-                       store_targets(paths.records_dir(device)), f"finetune {device}")
+        result = adapt(trained, settings.finetune, settings.train, train, val, targets,
+                       f"finetune {device}")
         mlflow.log_params({**result["config"], "train_device_used": result["config"]["device"],
                            "device": device, "donor": settings.donor,
                            "warmup_graphs": len(train), "noisy_dropped": noisy})

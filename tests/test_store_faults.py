@@ -153,6 +153,9 @@ def test_a_server_that_is_down_stops_the_command_in_one_line(workdir, calibrated
         {**json.loads((d / "model.json").read_text()), "hidden": 7})),
      "does not hold this model's weights"),
     (lambda d: (d / "model.json").write_text("{"), "is not a model configuration"),
+    (lambda d: (d / "model.json").write_text(json.dumps(
+        {**json.loads((d / "model.json").read_text()), "device_temperatures": [1.5]})),
+     "is not a model configuration"),
 ])
 def test_a_corrupt_model_is_refused_in_one_line_and_nothing_is_overwritten(
         workdir, calibrated, tmp_path, capsys, corrupt, message):
