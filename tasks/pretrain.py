@@ -137,7 +137,8 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
         trained.net, calibration, 1.0, levels,
         by_workload=settings.calibrate.donor_fit == "workload-median",
         objective=settings.calibrate.objective)
-    trained.device_temperatures = device_temperatures(settings, trained, calibration, also)
+    if settings.calibrate.per_target:
+        trained.device_temperatures = device_temperatures(settings, trained, calibration, also)
     # train: how well it fits what it learned from (tau far below the validation split's
     # ceiling there means it underfits rather than overfits)
     parts = [("train", train), ("val", val), ("test", test)] + (

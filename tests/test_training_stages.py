@@ -221,6 +221,8 @@ def test_a_donor_shared_by_two_devices_keeps_each_devices_workloads_apart(params
             trained.net, mine, trained.temperature, one_epoch.calibrate.levels,
             by_workload=one_epoch.calibrate.donor_fit == "workload-median",
             objective=one_epoch.calibrate.objective)
+    pooled_only = one_epoch.override({"calibrate.per_target": False})
+    assert not pretrain.train_on_donor(pooled_only, *parts, also=[TARGET])[0].device_temperatures
 
 
 def test_a_donors_device_temperature_serves_only_that_device(params, tmp_path):
