@@ -205,7 +205,7 @@ class Calibrate:
     after_finetune: Literal["temperature", "width", "no-wider"] = "temperature"
     warmup_refit: Literal["off", "replace", "blend"] = "replace"
     objective: Literal["ece", "nll"] = "ece"   # what every temperature fit minimizes
-    per_target: bool = True  # a donor of several devices: a temperature per target too
+    per_target: bool = False  # a donor of several devices: a temperature per target too
 
 
 @dataclass(frozen=True)

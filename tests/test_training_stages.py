@@ -203,7 +203,7 @@ def test_a_donor_shared_by_two_devices_keeps_each_devices_workloads_apart(params
     assert set(alone.workload) & set(target.workload)
     parts = pretrain.donor_splits(params, [TARGET])
     assert sum(map(len, parts[:3])) > sum(map(len, pretrain.donor_splits(params)[:3]))
-    one_epoch = params.override({"train.max_epochs": 1})
+    one_epoch = params.override({"train.max_epochs": 1, "calibrate.per_target": True})
     trained, _ = pretrain.train_on_donor(one_epoch, *parts, also=[TARGET])
     assert trained.trained_on(store_targets(paths.records_dir(TARGET)))
     assert trained.trained_on(store_targets(paths.records_dir(DONOR)))
