@@ -69,6 +69,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -143,9 +144,23 @@ def pool_label(pool: Path) -> str:
     return pool.name.removesuffix(".tar.gz")
 
 
+def code_version() -> str | None:
+    """The commit of the code running (`+changes` when tracked files differ from it), or None
+    outside a git checkout. A donor trained by other code is another donor: its figures
+    reproduce only with that code, or with the saved donor."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    try:
+        head = git("rev-parse", "HEAD")
+        changed = git("diff", "--quiet", "HEAD", "--").returncode != 0
+    except OSError:  # no git
+        return None
+    return head.stdout.strip() + ("+changes" if changed else "") if head.returncode == 0 else None
+
+
 def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict:
     """Train and calibrate a donor model on settings.donor's extracted store and those of the
-    devices in `also`; save it to out."""
+    devices in `also`; save it to out, with the code that trained it."""
     train, val, test, calibration = donor_splits(settings, also)
     start = time.perf_counter()
     trained, metrics = train_on_donor(settings, train, val, test, calibration,
@@ -154,7 +169,7 @@ def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict
     trained.save(out)
     return {"train_graphs": len(train), "val_graphs": len(val),
             "train_s": time.perf_counter() - start, **metrics,
-            "device_temperatures": trained.device_temperatures}
+            "device_temperatures": trained.device_temperatures, "code": code_version()}
 
 
 def device_model(settings: Settings, device: str, donor_dir: Path, pools: Path,

@@ -1,7 +1,9 @@
+import shutil
+import subprocess
 import sys
 
 import pytest
-from offline_eval import main, paired
+from offline_eval import ROOT, code_version, main, paired
 
 
 def _scores(tau: float, top1: float) -> dict:
@@ -42,3 +44,15 @@ def test_a_selection_pool_is_refused_where_nothing_would_read_it(argv, problem, 
     with pytest.raises(SystemExit):
         main()
     assert problem in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="no git")
+def test_a_donor_names_the_commit_of_the_code_that_trained_it():
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    version = code_version()
+    if head.returncode != 0:  # not a checkout
+        assert version is None
+    else:
+        commit, _, rest = version.partition("+")
+        assert commit == head.stdout.strip() and rest in ("", "changes")
