@@ -125,6 +125,7 @@ class Train:
     rank_loss: Literal["pairwise", "listwise"] = "pairwise"
     rank_sharpness: float = 1.0
     fast_weight: float = 0.0
+    ema: float = 0.0   # the donor's kept weights: a moving average of them (0: the last step's)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     graphs_in_memory: int = 16384
 

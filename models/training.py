@@ -188,6 +188,7 @@ def fit(
     seed: int = 0,
     anchor: float = 0.0,
     keep: Literal["best", "last"] = "best",
+    ema: float = 0.0,
     device: str = "cpu",
     graphs_in_memory: int | None = None,
     on_epoch: EpochCallback | None = None,
@@ -199,6 +200,9 @@ def fit(
     workloads and workload batches need them. `anchor` > 0 pulls the weights toward where they
     started (Anchor), for fine-tunes. keep="last" returns the last epoch's weights instead of
     the best validation NLL's (a fine-tune's validation set is a few records per workload).
+    `ema` > 0: the weights validated and kept are an exponential moving average of the
+    trained ones, each step moving it by 1 - ema toward them (an early stop comes while the
+    learning rate is still high, where the last step's weights are one noisy draw).
 
     Trains on `device` and returns the model where it was. A graph store's graphs (anything
     with `window_positions`, calo.graph_store) beyond `graphs_in_memory` are read a window of
@@ -251,6 +255,7 @@ def fit(
                                   weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     pull = Anchor(model) if anchor > 0 else None
+    average = Average(model, ema) if ema > 0 else None
     best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
     history, trained_graphs, train_secs = [], 0, 0.0
     for epoch in range(max_epochs):
@@ -263,23 +268,31 @@ def fit(
                               fast_weight=fast_weight, forward=wrapper)
             if pull:
                 pull.pull(model, scheduler.get_last_lr()[0], anchor)
+            if average:
+                average.update(model)
             scheduler.step()
             running += loss * batch.num_graphs
             seen += batch.num_graphs
         train_secs += time.perf_counter() - started
         trained_graphs += seen
+        live = average.swap_in(model) if average else None
         val_nll = (mean_nll(model, val, window=graphs_in_memory) if val
                    else running / max(seen, 1))
         history.append({"epoch": epoch, "train_loss": running / max(seen, 1), "val_nll": val_nll})
         if on_epoch:
             on_epoch(epoch, running / max(seen, 1), val_nll)
-        if val_nll < best_nll:
+        improved = val_nll < best_nll
+        if improved:
             best_nll, best_epoch, stale = val_nll, epoch, 0
             best_state = copy.deepcopy(model.state_dict())
-        else:
+        if live is not None:
+            model.load_state_dict(live)  # training goes on from the trained weights
+        if not improved:
             stale += 1
             if patience is not None and stale >= patience:
                 break
+    if average and keep == "last":
+        average.swap_in(model)
     if best_state is not None and keep == "best":
         model.load_state_dict(best_state)
     model.to(home)
@@ -287,6 +300,27 @@ def fit(
     return {"best_val_nll": best_nll, "best_epoch": best_epoch, "kept_epoch": kept,
             "epochs": len(history), "history": history,
             "graphs_per_s": trained_graphs * world / max(train_secs, 1e-9)}
+
+
+class Average:
+    """An exponential moving average of a model's floating-point weights."""
+
+    def __init__(self, model: torch.nn.Module, decay: float) -> None:
+        self.decay = decay
+        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()
+                      if v.is_floating_point()}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module) -> None:
+        for key, value in model.state_dict().items():
+            if key in self.state:
+                self.state[key].lerp_(value, 1.0 - self.decay)
+
+    def swap_in(self, model: torch.nn.Module) -> dict:
+        """Load the average into the model; returns the weights it had."""
+        live = copy.deepcopy(model.state_dict())
+        model.load_state_dict({**live, **self.state})
+        return live
 
 
 def _workload_tags(train: Sequence[Data], workloads: Sequence[str]

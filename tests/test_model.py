@@ -139,6 +139,28 @@ def test_an_anchored_fine_tune_stays_nearer_the_weights_it_started_from(params, 
     assert 0 < distance[200.0] < 0.5 * distance[0.0]
 
 
+def test_a_moving_average_of_the_weights_is_what_training_keeps(params, extracted):
+    """With ema the kept weights trail the trained ones: at a decay near 1 they stay near the
+    start, at 0.5 they follow the last steps closely, and the validated NLL is theirs."""
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
+    torch.manual_seed(0)
+    start = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=32, layers=2)
+    start.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+
+    def moved(ema: float) -> tuple[float, dict]:
+        model = copy.deepcopy(start)
+        result = fit(model, graphs[:12], graphs[12:24], lr=3e-3, weight_decay=0.0, lam=1e-2,
+                     batch_size=4, max_epochs=6, warmup_epochs=0, keep="last", ema=ema)
+        assert result["history"][-1]["val_nll"] == pytest.approx(mean_nll(model, graphs[12:24]),
+                                                                 abs=1e-5)
+        return sum(float((p - q).detach().pow(2).sum()) for p, q in
+                   zip(model.parameters(), start.parameters())) ** 0.5, result
+
+    last, _ = moved(0.0)
+    assert moved(1.0 - 1e-6)[0] < 1e-3 * last
+    assert 0.5 * last < moved(0.5)[0] < 1.5 * last
+
+
 def test_a_fine_tune_keeps_the_best_validation_epoch_or_the_last(params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
     torch.manual_seed(0)
