@@ -45,6 +45,11 @@ MAX_CACHED_PROGRAMS = 50_000
 MAX_LOG_SCORE = 300.0
 
 
+def _targets(context) -> set[str]:
+    """The search's target as records.target_key names it (none without a target)."""
+    return {target_key(context.target)} if context.target is not None else set()
+
+
 @derived_object
 class CaloCostModel(PyCostModel):
     def __init__(self, trained: TrainedModel, *, kappa_c: float, kappa_offset: float,
@@ -81,8 +86,7 @@ class CaloCostModel(PyCostModel):
 
     def temperature(self, context) -> float:
         """The model's temperature for the search's device (a donor's per-device one)."""
-        targets = {target_key(context.target)} if context.target is not None else set()
-        return self.trained.temperature_for(targets)
+        return self.trained.temperature_for(_targets(context))
 
     def kappa(self) -> float:
         if self.constant_kappa is not None:
@@ -123,9 +127,8 @@ class CaloCostModel(PyCostModel):
         # The warm-up fine-tune's rule, at the records per task this search has measured (a
         # network's search measures many tasks), for its device: one the model has learned, or
         # a new one.
-        target = {target_key(context.target)} if context.target is not None else set()
         per_task = len(self.measured) / len(set(self.tasks))
-        step = self.finetune.step_for(per_task, self.trained.trained_on(target),
+        step = self.finetune.step_for(per_task, self.trained.trained_on(_targets(context)),
                                       self.train.fast_weight)
         if step != self.step:
             self.step = step

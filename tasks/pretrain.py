@@ -133,10 +133,7 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
                  on_epoch=on_epoch, **options)
     levels = settings.calibrate.levels
-    trained.temperature = checked_temperature(
-        trained.net, calibration, 1.0, levels,
-        by_workload=settings.calibrate.donor_fit == "workload-median",
-        objective=settings.calibrate.objective)
+    trained.temperature = donor_temperature(settings, trained, calibration, 1.0)
     if settings.calibrate.per_target:
         trained.device_temperatures = device_temperatures(settings, trained, calibration, also)
     # train: how well it fits what it learned from (tau far below the validation split's
@@ -159,12 +156,18 @@ def device_temperatures(settings: cfg.Settings, trained: TrainedModel, calibrati
     measured_on = {d: record_targets(paths.records_dir(d)) for d in (settings.donor, *also)}
     keys = [measured_on[next((d for d in also if w.startswith(f"{d}/")), settings.donor)][r]
             for w, r in zip(calibration.workload, calibration.record)]
-    return {key: checked_temperature(
-                trained.net, calibration.select([k == key for k in keys]), trained.temperature,
-                settings.calibrate.levels,
-                by_workload=settings.calibrate.donor_fit == "workload-median",
-                objective=settings.calibrate.objective)
+    return {key: donor_temperature(settings, trained, calibration.select([k == key for k in keys]),
+                                   trained.temperature)
             for key in sorted({k for k in keys if k is not None})}
+
+
+def donor_temperature(settings: cfg.Settings, trained: TrainedModel, graphs: GraphSet,
+                      current: float) -> float:
+    """The donor's temperature for these calibration graphs as params.yaml's calibrate section
+    fits and checks it (calo.evaluation.checked_temperature), `current` where it refuses."""
+    return checked_temperature(trained.net, graphs, current, settings.calibrate.levels,
+                               by_workload=settings.calibrate.donor_fit == "workload-median",
+                               objective=settings.calibrate.objective)
 
 
 def pretrain(settings: cfg.Settings) -> dict:
