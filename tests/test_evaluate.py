@@ -135,13 +135,16 @@ def test_a_blended_refit_is_the_geometric_mean_of_the_refit_and_the_width_before
         params, pretrained, monkeypatch):
     """With the refit's floor lowered so the test device's few held-back probes refit: "replace"
     takes the refit, "blend" the geometric mean of the refit and what "off" keeps (the carried
-    width)."""
+    width). The donor is made far too confident first: whether a refit lowers both NLL and ECE
+    of a fair width depends on what this machine measured, of one a thousand times too narrow
+    it does not."""
     from calo.models import calibration
     from calo.records import iter_records
     from calo.tasks.evaluate import fine_tuned
 
     monkeypatch.setattr(calibration, "MIN_GROUP_POINTS", 2)
     donor = TrainedModel.load(paths.model_dir(DONOR))
+    donor.temperature *= 1e-3
     warm = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None]
     graphs = graph_set(donor.graph_kind, warm)
     temperature = {rule: fine_tuned(donor, params.override({"calibrate.warmup_refit": rule}),
