@@ -284,6 +284,69 @@ def print_paired(report: dict) -> bool:
     return True
 
 
+def across_donors(reports: list[dict]) -> dict:
+    """Reports of one split whose donors differ only in their draw (train.seed): each cell's
+    figures (tau / top-1 / top-5, all and evolved candidates) as the mean over the donors, with
+    their standard deviation, against the best TVM model's mean over the same reports; and the
+    comparisons won (calo ahead of the best TVM model) by each donor and by the mean. One
+    donor's figures move by as much as the gaps they are compared on (docs/ranking.md, "The
+    donor the current code trains"): the mean is the figure a freshly trained donor is
+    expected to reach."""
+    first = reports[0]
+    for report in reports[1:]:
+        for key in ("split", "donor_records", "device_records"):
+            if report.get(key) != first.get(key):
+                raise SystemExit(f"--summarize: the reports differ in {key}: not one split")
+    cells = [c for c in first["splits"] if "calo" in first["splits"][c]["overall"]
+             and all(c in r["splits"] for r in reports)]
+    table, won, each = {}, {"all": 0, "after_warmup": 0}, [0] * len(reports)
+    for cell in cells:
+        held = {r["splits"][cell]["held_out_records"] for r in reports}
+        if len(held) > 1:
+            raise SystemExit(f"--summarize: {cell} holds out different records in the reports")
+        parts = {}
+        for part in ("all", "evolved"):
+            views = [headline(r["splits"][cell]).get(part, {}) for r in reports]
+            rivals = sorted(set.intersection(*(set(v) for v in views)) - {"calo"})
+            if not rivals or not all("calo" in v for v in views):
+                continue
+            row = {}
+            for key in SUMMARY:
+                ours = np.array([v["calo"][key] for v in views])
+                theirs = {m: float(np.mean([v[m][key] for v in views])) for m in rivals}
+                best = max(theirs, key=theirs.get)
+                row[key] = {"calo": ours.tolist(), "mean": float(ours.mean()),
+                            "sd": float(ours.std(ddof=1)) if len(ours) > 1 else 0.0,
+                            "rival": best, "rival_mean": theirs[best]}
+                ahead = row[key]["mean"] > theirs[best]
+                won["all"] += ahead
+                won["after_warmup"] += ahead and not cell.endswith("@0")
+                for i, value in enumerate(ours):
+                    each[i] += bool(value > theirs[best])
+            parts[part] = row
+        if parts:
+            table[cell] = parts
+    comparisons = sum(len(row) for cell in table.values() for row in cell.values())
+    return {"donors": [{k: r.get("donor", {}).get(k) for k in ("epochs", "val_nll", "code")}
+                       | {"settings": r.get("settings", [])} for r in reports],
+            "cells": table, "comparisons": comparisons, "won_by_mean": won["all"],
+            "won_by_mean_after_warmup": won["after_warmup"], "won_by_each": each}
+
+
+def print_across_donors(summary: dict) -> None:
+    """The table of across_donors: mean +- sd over donors, the best TVM model's mean."""
+    print(f"\n{len(summary['donors'])} donors: calo's mean +- sd over donors | the best TVM "
+          "model (tau / top-1 / top-5)")
+    for cell, parts in summary["cells"].items():
+        for part, row in parts.items():
+            ours = " / ".join(f"{row[k]['mean']:.3f}+-{row[k]['sd']:.3f}" for k in SUMMARY)
+            theirs = " / ".join(f"{row[k]['rival_mean']:.3f}" for k in SUMMARY)
+            print(f"{cell:<24} {part:<8} {ours} | {theirs}")
+    print(f"won of {summary['comparisons']}: by the mean {summary['won_by_mean']} "
+          f"({summary['won_by_mean_after_warmup']} after a warm-up), by each donor "
+          f"{', '.join(map(str, summary['won_by_each']))}")
+
+
 def same_run(a: dict, b: dict) -> bool:
     """Two reports of one evaluation: split, settings, donor pool and the donor model itself
     (its validation NLL; its training time differs from run to run)."""
@@ -388,7 +451,8 @@ def main() -> None:
     parser.add_argument("--donor-model", type=Path, default=None,
                         help="reuse the donor model saved here (trained and saved there if "
                              "absent): for comparing fine-tune settings on one donor")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "offline_eval.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the report (default: benchmarks/results/offline_eval.json)")
     parser.add_argument("--tvm", action=argparse.BooleanOptionalAction, default=None,
                         help="train and score TVM's models too (default: on the unseen-shape "
                              "split, off on the selection split)")
@@ -414,16 +478,28 @@ def main() -> None:
                              "TVM's donor models train on them too. Default: the other CPU's "
                              "pool, with the committed cpu-host donor pool; give it no devices "
                              "for a donor of one device")
-    parser.add_argument("--summarize", type=Path, default=None, metavar="REPORT",
+    parser.add_argument("--summarize", type=Path, nargs="+", default=None, metavar="REPORT",
                         help="print an earlier report's paired comparison with TVM's models "
-                             "and stop")
+                             "and stop; several reports of one split whose donors differ in "
+                             "their draw (--set train.seed=N): their mean over donors against "
+                             "TVM's models, written to --out if given")
     args = parser.parse_args()
     if args.summarize:
-        if not args.summarize.is_file():
-            parser.error(f"--summarize: no report at {args.summarize}")
-        if not print_paired(json.loads(args.summarize.read_text())):
-            print(f"{args.summarize}: no split with TVM's models to compare (run with --tvm)")
+        missing = [str(p) for p in args.summarize if not p.is_file()]
+        if missing:
+            parser.error(f"--summarize: no report at {', '.join(missing)}")
+        reports = [json.loads(p.read_text()) for p in args.summarize]
+        if len(reports) > 1:
+            summary = across_donors(reports)
+            print_across_donors(summary)
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(
+                    {"reports": [str(p) for p in args.summarize], **summary}, indent=1))
+        elif not print_paired(reports[0]):
+            print(f"{args.summarize[0]}: no split with TVM's models to compare (run with --tvm)")
         return
+    args.out = args.out or ROOT / "results" / "offline_eval.json"
     if args.pretrain_also is None:
         shared = args.donor_pool.resolve() == POOLS["cpu-host"] and not args.device_records
         args.pretrain_also = [d for d in POOLS if d != "cpu-host"] if shared else []

@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from offline_eval import ROOT, code_version, main, paired
+from offline_eval import ROOT, across_donors, code_version, main, paired
 
 
 def _scores(tau: float, top1: float) -> dict:
@@ -30,6 +30,41 @@ def test_paired_needs_two_workloads_and_a_rival():
     assert paired({"per_workload": {"a": {"calo": _scores(0.5, 1.0)}}}) == {}
     assert paired({"per_workload": {"a": {"calo": _scores(0.5, 1.0)},
                                     "b": {"calo": _scores(0.1, 1.0)}}}) == {}
+
+
+def _report(calo_top1: float, xgb_top1: float, held: int = 100, split: str = "unseen-shape"
+            ) -> dict:
+    table = {"calo": _scores(0.3, calo_top1), "xgb": _scores(0.2, xgb_top1),
+             "mlp": _scores(0.4, 0.1)}
+    cell = {"overall": table, "by_source": {"evolved": table}, "held_out_records": held}
+    return {"split": split, "donor_records": 10, "settings": [],
+            "splits": {"cpu-host@8": cell, "cpu-host@0": cell}}
+
+
+def test_across_donors_compares_the_mean_over_donors_with_the_best_tvm_models_mean():
+    # top-1: donors 0.5 and 0.7 (mean 0.6) against xgb's 0.6 and 0.7 (mean 0.65): not won by
+    # the mean; the second donor alone is ahead of it. tau: mlp's 0.4 beats every donor's 0.3.
+    summary = across_donors([_report(0.5, 0.6), _report(0.7, 0.7)])
+    top1 = summary["cells"]["cpu-host@8"]["all"]["top1"]
+    assert top1["rival"] == "xgb" and top1["rival_mean"] == pytest.approx(0.65)
+    assert top1["mean"] == pytest.approx(0.6)
+    assert top1["sd"] == pytest.approx(0.2 / 2 ** 0.5)
+    tau = summary["cells"]["cpu-host@8"]["all"]["kendall_tau"]
+    assert tau["rival"] == "mlp"
+    # 2 cells x 2 parts x 3 figures; top-5 (= top-1 here) is won by neither mean nor donor 0
+    assert summary["comparisons"] == 12
+    assert summary["won_by_mean"] == 0 and summary["won_by_each"] == [0, 8]
+    summary = across_donors([_report(0.9, 0.6), _report(0.8, 0.7)])
+    assert summary["won_by_mean"] == 8 and summary["won_by_mean_after_warmup"] == 4
+
+
+@pytest.mark.parametrize("other, problem", [
+    (_report(0.5, 0.6, split="dev-shape"), "differ in split"),
+    (_report(0.5, 0.6, held=99), "holds out different records"),
+])
+def test_across_donors_refuses_reports_of_different_splits(other, problem):
+    with pytest.raises(SystemExit, match=problem):
+        across_donors([_report(0.5, 0.6), other])
 
 
 @pytest.mark.parametrize("argv, problem", [
