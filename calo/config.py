@@ -126,6 +126,7 @@ class Train:
     rank_sharpness: float = 1.0
     fast_weight: float = 0.0
     ema: float = 0.0   # the donor's kept weights: a moving average of them (0: the last step's)
+    keep: Literal["best", "last"] = "best"   # the donor's: best validation NLL's epoch, or last
     device: Literal["auto", "cpu", "cuda"] = "auto"
     graphs_in_memory: int = 16384
 

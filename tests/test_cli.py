@@ -175,6 +175,8 @@ def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
     (lambda raw: raw["finetune"]["rule"][0].update(keep="first"),
      "finetune.rule[0].keep must be one of best, last, got 'first'"),
     (lambda raw: raw["finetune"].update(anchor=10), "unknown key 'finetune.anchor'"),
+    (lambda raw: raw["train"].update(keep="first"),
+     "train.keep must be one of best, last, got 'first'"),
     (lambda raw: raw["calibrate"].update(objective="mse"),
      "calibrate.objective must be one of ece, nll, got 'mse'"),
     (lambda raw: raw["tune"]["calo_search"].update(eps_greedy=2),

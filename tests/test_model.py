@@ -161,6 +161,14 @@ def test_a_moving_average_of_the_weights_is_what_training_keeps(params, extracte
     assert 0.5 * last < moved(0.5)[0] < 1.5 * last
 
 
+def test_the_donor_keeps_the_epoch_train_keep_names(params):
+    """train.keep reaches the donor's training loop (fine-tunes take their rule's instead)."""
+    from calo.compute import fit_options
+
+    assert fit_options(params.train)["keep"] == "best"
+    assert fit_options(params.override({"train.keep": "last"}).train)["keep"] == "last"
+
+
 def test_a_fine_tune_keeps_the_best_validation_epoch_or_the_last(params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
     torch.manual_seed(0)
