@@ -429,7 +429,8 @@ def main() -> None:
                              "candidates, this leaves mostly evolved ones held out, as the "
                              "unseen-shape split's pools do from any warm-up)")
     parser.add_argument("--compare", type=int, nargs="*", default=[8, 32],
-                        help="warm-up sizes also chosen by uncertainty")
+                        help="warm-up sizes also chosen by uncertainty (default: 8 32; "
+                             "--compare alone: none)")
     parser.add_argument("--devices", nargs="+", default=None, choices=list(HELD_OUT_POOLS),
                         help="held-out devices (default: both; cpu-host on the selection "
                              "splits, where another device scores the same workloads from its "
