@@ -304,9 +304,9 @@ def across_donors(reports: list[dict]) -> dict:
         held = {r["splits"][cell]["held_out_records"] for r in reports}
         if len(held) > 1:
             raise SystemExit(f"--summarize: {cell} holds out different records in the reports")
-        parts = {}
+        parts, heads = {}, [headline(r["splits"][cell]) for r in reports]
         for part in ("all", "evolved"):
-            views = [headline(r["splits"][cell]).get(part, {}) for r in reports]
+            views = [head.get(part, {}) for head in heads]
             rivals = sorted(set.intersection(*(set(v) for v in views)) - {"calo"})
             if not rivals or not all("calo" in v for v in views):
                 continue
