@@ -54,7 +54,7 @@ from calo import native, records  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
 from calo.baselines import train_on, xgb_model  # noqa: E402
 from calo.config import load_settings  # noqa: E402
-from calo.correction import fit_residuals  # noqa: E402
+from calo.correction import fit_correction  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
 from calo.dataset import collate  # noqa: E402
 from calo.devices import make_target  # noqa: E402
@@ -212,13 +212,14 @@ def main() -> None:
     model = trained.net
     calo = CaloCostModel.from_settings(trained, settings, update_steps=0)
     python_calo = CaloCostModel.from_settings(trained, settings, update_steps=0)
-    # With the residual correction a search refits once it has measured enough: fitted here on
-    # the task's measured records, scoring every candidate or only the network's best drafts.
-    rounds = settings.finetune.rule[-1].correction
+    # With the correction a search refits once it has measured enough: fitted here on the
+    # task's measured records, scoring every candidate or only the network's best drafts.
+    last = settings.finetune.rule[-1]
     corrected = copy.deepcopy(trained)
-    corrected.correction = fit_residuals(
-        corrected.net, settings.finetune.correction, rounds,
-        graph_set(trained.graph_kind, measured, stores=True).graphs, settings.train.seed)
+    corrected.correction = fit_correction(
+        corrected.net, settings.finetune.correction, last.correction,
+        graph_set(trained.graph_kind, measured, stores=True).graphs,
+        [str(ctx.task_name)] * len(measured), settings.train.seed, last.blend)
     variants = {"calo": calo}
     full, fast = "calo_corrected_all", f"calo_corrected_top{settings.tune.correct_top}"
     if corrected.correction is not None:

@@ -136,7 +136,8 @@ class TrainedModel:
     def describe(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self.config), "temperature": self.temperature,
                 "device_temperatures": self.device_temperatures,
-                "correction": self.correction is not None, "info": self.info}
+                "correction": None if self.correction is None else self.correction.describe(),
+                "info": self.info}
 
     @classmethod
     def load(cls, path: Path) -> TrainedModel:
@@ -166,7 +167,7 @@ class TrainedModel:
         correction = None
         if blob.get("correction"):
             try:
-                correction = Corrector.load(path / CORRECTION)
+                correction = Corrector.load(path / CORRECTION, blob["correction"])
             except Exception as err:  # missing, or not an XGBoost model
                 raise CaloError(f"{path / CORRECTION} does not hold this model's correction: "
                                 f"{reason(err)[:160]}") from None

@@ -1,16 +1,27 @@
-"""The device correction: a small boosted ensemble on the graph model's residuals.
+"""The device correction: a small boosted ensemble beside the graph model, fitted on the
+device's own measurements.
 
-The graph model carries what transfers from the donor; once a new device has a few dozen
-measured records per workload, they also say where it is wrong there. A gradient-boosted
-ensemble fits those residuals (measured minus predicted log latency) from TVM's per-store
-features, the inputs TVM's own XGBModel learns quickly from, each program summarized by the
-sum and the maximum of its store rows. It shifts the predicted mean only: the variance stays
-the evidential head's. The fine-tune rule says how many boosting rounds a warm-up of a given
-size gets (0: none); the rest of its settings are `finetune.correction` in params.yaml.
+The graph model carries what transfers from the donor; once a new device has measured records
+of a workload, they also say how that workload's candidates order there. Boosted trees learn
+that from TVM's per-store features, the inputs TVM's own XGBModel learns quickly from, each
+program summarized by the sum and the maximum of its store rows, in one of two ways:
+
+- residual (the rule's `blend` 0): the trees fit what the network still gets wrong (measured
+  minus predicted log latency), and their prediction is added to its mean;
+- throughput (`blend` w > 0): the trees fit what TVM's XGBModel fits, each record's normalized
+  throughput (its workload's best measured latency / its latency), so their loss sits on the
+  fast end; the mean becomes (1 - w) x the network's + w x the trees' log latency (the
+  workload's best, less the log of the predicted throughput), for workloads they have
+  measurements of (named as the fit's were: workload names, or a search's task names).
+
+Either moves the predicted mean only: the variance stays the evidential head's. The fine-tune
+rule says how many boosting rounds, and which blend, a warm-up of a given size gets (0 rounds:
+none); the trees' settings are `finetune.correction` in params.yaml.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,39 +51,71 @@ def summarize(rows: Sequence) -> np.ndarray:
     return out
 
 
+# Predicted throughputs are floored here before their log is taken: a tree can predict zero
+# or less for a candidate far slower than anything measured.
+MIN_THROUGHPUT = 1e-3
+
+
 class Corrector:
-    def __init__(self, booster: xgboost.XGBRegressor):
+    def __init__(self, booster: xgboost.XGBRegressor, blend: float = 0.0,
+                 best: dict[str, float] | None = None):
         self.booster = booster
+        self.blend = blend              # 0: residual trees; else the throughput trees' weight
+        self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
 
     @classmethod
-    def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, residual: np.ndarray,
-            seed: int = 0) -> Corrector:
-        """Boosted trees fitted to `residual` (log latency) from each program's store `rows`."""
+    def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
+            seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None
+            ) -> Corrector:
+        """Boosted trees fitted to `target` (residual log latency, or normalized throughput
+        where `blend` > 0) from each program's store `rows`."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         booster = xgboost.XGBRegressor(
             n_estimators=rounds, max_depth=settings.depth, learning_rate=settings.lr,
             min_child_weight=settings.min_child_weight, subsample=settings.subsample,
             colsample_bytree=settings.subsample, random_state=seed, n_jobs=settings.threads)
-        booster.fit(summarize(rows), np.asarray(residual, np.float32))
-        return cls(booster)
+        booster.fit(summarize(rows), np.asarray(target, np.float32))
+        return cls(booster, blend, best)
 
-    def shift(self, rows: Sequence) -> np.ndarray:
-        """The correction to add to each program's predicted mean log latency."""
+    def adjust(self, mu: np.ndarray, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
+        """The corrected mean log latency of programs whose network means are `mu`."""
+        mu = np.asarray(mu, np.float64)
         if not len(rows):
-            return np.zeros(0)
-        return self.booster.predict(summarize(rows)).astype(np.float64)
+            return mu
+        out = self.booster.predict(summarize(rows)).astype(np.float64)
+        if not self.blend:
+            return mu + out
+        best = np.array([self.best.get(w, np.nan) for w in workloads])
+        trees = best - np.log(np.maximum(out, MIN_THROUGHPUT))
+        return np.where(np.isnan(best), mu, (1 - self.blend) * mu + self.blend * trees)
+
+    @property
+    def moves_mean(self) -> bool:
+        """The residual trees correct the predicted mean; the throughput trees only reorder
+        candidates (calo.evaluation.ranking_scores, the search's scores), leaving the mean and
+        variance the evidential head calibrated."""
+        return not self.blend
+
+    def describe(self) -> dict:
+        """What model.json keeps of it beside the trees' own file."""
+        return {"blend": self.blend, "best": self.best}
 
     def save(self, path: Path) -> None:
         self.booster.save_model(path)
 
     @classmethod
-    def load(cls, path: Path) -> Corrector:
+    def load(cls, path: Path, described: dict | bool = True) -> Corrector:
+        """The trees at `path`, with what `describe` said (True: a residual correction, as
+        models saved before the throughput blend)."""
         import xgboost
 
         booster = xgboost.XGBRegressor()
         booster.load_model(path)
-        return cls(booster)
+        if described is True:
+            return cls(booster)
+        return cls(booster, float(described["blend"]),
+                   {str(k): float(v) for k, v in described["best"].items()})
 
 
 def store_rows(graphs: Sequence[Data]) -> list:
@@ -85,13 +128,21 @@ def store_rows(graphs: Sequence[Data]) -> list:
     return [g.store_rows for g in graphs]
 
 
-def fit_residuals(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
-                  graphs: Sequence[Data], seed: int = 0) -> Corrector | None:
-    """The correction of `net`'s mean on measured graphs (with store rows), or None for 0
-    rounds."""
+def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
+                   graphs: Sequence[Data], workloads: Sequence[str], seed: int = 0,
+                   blend: float = 0.0) -> Corrector | None:
+    """The correction of `net`'s mean on measured graphs (with store rows) of `workloads`
+    (one name each): residual trees, or with `blend` > 0 throughput trees blended at that
+    weight; None for 0 rounds."""
     if rounds <= 0 or not graphs:
         return None
     rows = store_rows(graphs)
-    y = torch.cat([g.y for g in graphs]).numpy()
-    residual = y - predict(net, list(graphs)).gamma.numpy()
-    return Corrector.fit(settings, rounds, rows, residual, seed)
+    y = torch.cat([g.y for g in graphs]).double().numpy()
+    if not blend:
+        residual = y - predict(net, list(graphs)).gamma.numpy()
+        return Corrector.fit(settings, rounds, rows, residual, seed)
+    best: dict[str, float] = {}
+    for w, v in zip(workloads, y):
+        best[w] = min(best.get(w, math.inf), float(v))
+    throughput = np.exp(np.array([best[w] for w in workloads]) - y)
+    return Corrector.fit(settings, rounds, rows, throughput, seed, blend, best)

@@ -25,7 +25,7 @@ from calo import config as cfg
 from calo import store_features
 from calo.artifact import TrainedModel
 from calo.compute import training_device
-from calo.correction import fit_residuals
+from calo.correction import fit_correction
 from calo.dataset import collate, collate_union, to_data
 from calo.graphs import of_candidates, union_of_candidates
 from calo.memory import keep_freed_memory
@@ -159,9 +159,9 @@ class CaloCostModel(PyCostModel):
         self.model.to("cpu")
         self.model.eval()
         if step.correction > 0:  # refitted to this search's records; else the fine-tune's
-            self.trained.correction = fit_residuals(self.model, self.finetune.correction,
-                                                    step.correction, self.measured,
-                                                    self.train.seed)
+            self.trained.correction = fit_correction(self.model, self.finetune.correction,
+                                                     step.correction, self.measured, self.tasks,
+                                                     self.train.seed, step.blend)
 
     @property
     def learns_stores(self) -> bool:
@@ -196,9 +196,10 @@ class CaloCostModel(PyCostModel):
         batch, graphs = self.batch(context, candidates)
         d = self.model.to_log_latency(self.model(*batch))
         d = d.scaled(self.temperature(context))
-        bound = (d.gamma - self.kappa() * d.epistemic_var.sqrt()).double().numpy()
+        mean = d.gamma.double().numpy()
+        bound = mean - self.kappa() * d.epistemic_var.sqrt().double().numpy()
         if self.trained.correction is not None:
-            bound = self.corrected(context, candidates, graphs, bound)
+            bound = self.corrected(context, candidates, graphs, mean, bound)
         # TVM's evolutionary search keeps the best-scored candidates of all its generations in
         # one heap: scored relative to each call's own best, every generation's best would tie
         # at 1, whatever its bound, and the heap would fill with the last generation's
@@ -219,17 +220,20 @@ class CaloCostModel(PyCostModel):
         graphs = self.featurize(context, candidates)
         return collate(graphs), graphs
 
-    def corrected(self, context, candidates, graphs, bound: np.ndarray) -> np.ndarray:
-        """The bounds with the residual correction: on every candidate where the network reads
-        store rows or correct_top is 0, else on the network's best correct_top (the drafts),
-        the rest shifted by the largest of their corrections so that no draft falls behind a
-        candidate the correction never saw. Rows the graphs carry are used, not extracted."""
+    def corrected(self, context, candidates, graphs, mean: np.ndarray, bound: np.ndarray
+                  ) -> np.ndarray:
+        """The bounds moved as the correction moves the means: on every candidate where the
+        network reads store rows or correct_top is 0, else on the network's best correct_top
+        (the drafts), the rest shifted by the largest of their moves so that no draft falls
+        behind a candidate the correction never saw. Rows the graphs carry are used, not
+        extracted."""
         k = self.correct_top
         top = (np.arange(len(candidates)) if self.trained.reads_stores
                or not 0 < k < len(candidates) else np.argsort(bound, kind="stable")[:k])
         rows = ([graphs[i].stores for i in top] if graphs[0].stores is not None else
                 self.store_rows(context, [candidates[i] for i in top]))
-        drafts = self.trained.correction.shift(rows)
+        drafts = self.trained.correction.adjust(
+            mean[top], rows, [str(context.task_name)] * len(top)) - mean[top]
         out = bound + drafts.max()
         out[top] = bound[top] + drafts
         return out

@@ -42,7 +42,7 @@ from calo.artifact import WEIGHTS, TrainedModel
 from calo.baselines import context_of, mlp_on_groups, mlp_updated, train_on_groups, xgb_model
 from calo.dataset import GraphSet, split_of
 from calo.errors import CaloError, reason
-from calo.evaluation import calibration, checked_temperature, predictive, ranking
+from calo.evaluation import calibration, checked_temperature, predictive, ranking, ranking_scores
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
 from calo.models.calibration import blended_temperature, carried_temperature
@@ -333,7 +333,8 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
     levels = settings.calibrate.levels
 
-    finetune: dict = {"finetune_s": 0.0, "finetune_epoch": None, "correction_rounds": 0}
+    finetune: dict = {"finetune_s": 0.0, "finetune_epoch": None, "correction_rounds": 0,
+                      "correction_blend": 0.0}
     if warm:
         warm_graphs = store_graphs(Path(records_dir), kind, stores or settings.finetune.corrects)(
             warm, Progress("evaluate: warm-up graphs", len(warm), "records").advance)
@@ -407,7 +408,8 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
             trained.temperature = blended_temperature(before, trained.temperature)
     return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],
                      "same_device": tuned["config"]["same_device"],
-                     "correction_rounds": tuned["config"]["correction_rounds"]}
+                     "correction_rounds": tuned["config"]["correction_rounds"],
+                     "correction_blend": tuned["config"]["blend"]}
 
 
 def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
@@ -422,12 +424,14 @@ def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
     pooled = []
     for name, group in held.items():
         latency = np.array([r.latency for r in group])
-        y, mu, scale, df = predictive(trained.net, graphs_of(name), trained.temperature,
+        graphs = graphs_of(name)
+        y, mu, scale, df = predictive(trained.net, graphs, trained.temperature,
                                       trained.correction)
         pooled.append((y, mu, scale, df))
         cands = [r.record.as_measure_candidate() for r in group]
-        scores = {"calo": mu, **{which: -np.asarray(baseline.predict(context_of(group[0]), cands))
-                                 for which, baseline in baselines.items()}}
+        scores = {"calo": ranking_scores(mu, graphs, trained.correction),
+                  **{which: -np.asarray(baseline.predict(context_of(group[0]), cands))
+                     for which, baseline in baselines.items()}}
         sources = np.array([r.source for r in group])
         for source, table in per_source.items():
             idx = np.arange(len(group)) if source == "all" else np.flatnonzero(sources == source)

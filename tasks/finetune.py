@@ -11,7 +11,7 @@ import mlflow
 from calo import compute, locks, paths, registry
 from calo import config as cfg
 from calo.artifact import TrainedModel
-from calo.correction import fit_residuals
+from calo.correction import fit_correction
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import evaluate
@@ -48,11 +48,12 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
                 "ema": 0.0}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
-    trained.correction = fit_residuals(trained.net, finetune.correction, step.correction,
-                                       graphs.graphs, train.seed)
+    trained.correction = fit_correction(trained.net, finetune.correction, step.correction,
+                                        graphs.graphs, graphs.workload, train.seed, step.blend)
     trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
-                                 "correction_rounds": step.correction, "same_device": same_device,
+                                 "correction_rounds": step.correction, "blend": step.blend,
+                                 "same_device": same_device,
                                  "warmup_per_workload": graphs.per_workload()}}
 
 

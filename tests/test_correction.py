@@ -4,13 +4,14 @@ import json
 import numpy as np
 import pytest
 import torch
+from scipy.stats import kendalltau
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, TrainedModel
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
-from calo.evaluation import predictive
+from calo.evaluation import predictive, ranking_scores
 from calo.tasks.extract import extract
 from calo.tasks.finetune import adapt
 from tests.conftest import DONOR, TARGET, search_batch
@@ -18,11 +19,10 @@ from tests.conftest import DONOR, TARGET, search_batch
 RULE = [{"up_to": None, "layers": "head", "epochs": 1, "lr": 1.0e-3, "correction": 30}]
 
 
-@pytest.fixture
-def corrected(params, pretrained, tmp_path, monkeypatch):
-    """The donor adapted to the target's records with a residual correction, in tmp_path."""
+def adapted_with(params, tmp_path, monkeypatch, rule: list[dict]):
+    """The donor adapted to the target's records with `rule`'s correction, in tmp_path."""
     donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
-    settings = params.override({"finetune.rule": RULE})
+    settings = params.override({"finetune.rule": rule})
     assert settings.extracts_stores(TARGET) and not params.graph.stores
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "records").symlink_to(paths.records_dir(TARGET).resolve().parent)
@@ -34,6 +34,16 @@ def corrected(params, pretrained, tmp_path, monkeypatch):
     return settings, adapted, graphs
 
 
+@pytest.fixture
+def corrected(params, pretrained, tmp_path, monkeypatch):
+    return adapted_with(params, tmp_path, monkeypatch, RULE)
+
+
+def within_workload_tau(y: np.ndarray, mu: np.ndarray, workloads: list[str]) -> float:
+    return float(np.mean([kendalltau(y[idx], mu[idx]).statistic for w in set(workloads)
+                          if len(idx := [i for i, v in enumerate(workloads) if v == w]) > 2]))
+
+
 def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
     settings, adapted, graphs = corrected
     assert adapted.correction is not None and adapted.needs_stores
@@ -42,8 +52,13 @@ def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
     # Fitted to these residuals, it must explain part of them.
     assert np.mean((y - shifted) ** 2) < 0.9 * np.mean((y - plain) ** 2)
     loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
-    assert json.loads((tmp_path / "model" / CONFIG).read_text())["correction"] is True
+    blob = json.loads((tmp_path / "model" / CONFIG).read_text())
+    assert blob["correction"] == {"blend": 0.0, "best": {}}
     assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
+    # Models saved before the throughput blend said only that they had a correction.
+    (tmp_path / "model" / CONFIG).write_text(json.dumps({**blob, "correction": True}))
+    older = TrainedModel.load(tmp_path / "model")
+    assert np.allclose(predictive(older.net, graphs, correction=older.correction)[1], shifted)
     adapted.correction = None  # a model without one leaves no stale file behind
     assert TrainedModel.load(adapted.save(tmp_path / "model")).correction is None
     assert not (tmp_path / "model" / CORRECTION).exists()
@@ -64,7 +79,8 @@ def test_the_search_scores_with_the_correction_and_refits_it_on_its_measurements
     graphs = model.featurize(context, cands, stores=True)
     with torch.no_grad():
         plain = model.model.to_log_latency(model.model(*collate(graphs))).gamma.numpy()
-    mu = plain + adapted.correction.shift([g.stores for g in graphs])
+    mu = adapted.correction.adjust(plain, [g.stores for g in graphs],
+                                   [str(context.task_name)] * len(graphs))
     assert np.allclose(np.argsort(-model.predict(context, cands)), np.argsort(mu))
     # With 3 drafts, the correction re-orders the network's 3 best, which stay ahead of the
     # rest; the rest keep the network's order.
@@ -107,3 +123,37 @@ def test_evaluate_fits_the_correction_its_rule_names_and_scores_with_it(params, 
     assert report["held_out_records"] == plain["held_out_records"]
     # Same network (one epoch, same seed): only the correction moves the predicted means.
     assert report["overall"]["calo"]["rmse"] != plain["overall"]["calo"]["rmse"]
+
+
+def test_the_throughput_blend_orders_its_workloads_and_leaves_others_to_the_network(
+        params, pretrained, tmp_path, monkeypatch):
+    blend = 0.5
+    _, adapted, graphs = adapted_with(params, tmp_path, monkeypatch,
+                                      [{**RULE[0], "correction": 100, "blend": blend}])
+    fitted = adapted.correction
+    assert fitted.blend == blend and set(fitted.best) == set(graphs.workload)
+    y, plain, _, _ = predictive(adapted.net, graphs)
+    # The mean and its calibration stay the head's; the blend orders the candidates.
+    assert np.array_equal(predictive(adapted.net, graphs, correction=fitted)[1], plain)
+    mixed = ranking_scores(plain, graphs, fitted)
+    # Trees fitted to these records' throughput order them better than the network alone.
+    assert (within_workload_tau(y, mixed, graphs.workload)
+            > within_workload_tau(y, plain, graphs.workload))
+    # Each workload's best measured latency anchors the trees' log latency: a blended mean
+    # lies between the network's and the trees', whose best is the workload's best or slower.
+    best = np.array([fitted.best[w] for w in graphs.workload])
+    trees = (mixed - (1 - blend) * plain) / blend
+    assert np.allclose(best, [y[[i for i, v in enumerate(graphs.workload) if v == w]].min()
+                              for w in graphs.workload])
+    assert (trees >= best - 0.05).all()
+    rows = [g.store_rows for g in graphs.graphs]
+    assert np.array_equal(fitted.adjust(plain, rows, ["unmeasured"] * len(rows)), plain)
+    loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
+    assert json.loads((tmp_path / "model" / CONFIG).read_text())["correction"]["blend"] == blend
+    assert np.allclose(ranking_scores(plain, graphs, loaded.correction), mixed)
+
+
+def test_a_blend_outside_0_1_or_without_rounds_is_refused(params):
+    for row in ({**RULE[0], "blend": 1.5}, {**RULE[0], "correction": 0, "blend": 0.5}):
+        with pytest.raises(CaloError, match="blend is the throughput trees' weight"):
+            params.override({"finetune.rule": [row]})
