@@ -225,7 +225,7 @@ def main() -> None:
     if corrected.correction is not None:
         for name, top in ((full, 0), (fast, settings.tune.correct_top)):
             variants[name] = CaloCostModel.from_settings(corrected, settings, update_steps=0,
-                                                         correct_top=top)
+                                                         correct_top=top, trees=True)
 
     first = {name: scorer.predict(ctx, pops[0])  # first calls pay one-time costs
              for name, scorer in (*variants.items(), ("xgb", xgb))}

@@ -226,6 +226,7 @@ class Tune:
     quality_eps: float
     update_steps: int
     correct_top: int = 64
+    trees: bool = False   # a search scores with the fine-tune rule's trees and refits them
 
 
 @dataclass(frozen=True)

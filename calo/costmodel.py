@@ -54,7 +54,8 @@ def _targets(context) -> set[str]:
 class CaloCostModel(PyCostModel):
     def __init__(self, trained: TrainedModel, *, kappa_c: float, kappa_offset: float,
                  update_steps: int, finetune: cfg.Finetune, train: cfg.Train,
-                 constant_kappa: float | None = None, seed: int = 0, correct_top: int = 0):
+                 constant_kappa: float | None = None, seed: int = 0, correct_top: int = 0,
+                 trees: bool = True):
         super().__init__()
         keep_freed_memory()   # scoring's tensors would otherwise fault their pages in every call
         self.trained = trained
@@ -62,6 +63,7 @@ class CaloCostModel(PyCostModel):
         self.kappa_c, self.kappa_offset, self.constant_kappa = kappa_c, kappa_offset, constant_kappa
         self.update_steps, self.finetune, self.train = update_steps, finetune, train
         self.correct_top = correct_top
+        self.trees = trees  # score with the rule's trees (calo.correction) and refit them
         self.step: cfg.FinetuneStep | None = None   # the fine-tune rule's row now in use
         self.optimizer: torch.optim.Optimizer | None = None
         self.round = 0
@@ -81,7 +83,8 @@ class CaloCostModel(PyCostModel):
         tune = settings.tune
         kwargs = dict(kappa_c=tune.kappa_c, kappa_offset=tune.kappa_offset,
                       update_steps=tune.update_steps, finetune=settings.finetune,
-                      train=settings.train, seed=tune.seed, correct_top=tune.correct_top)
+                      train=settings.train, seed=tune.seed, correct_top=tune.correct_top,
+                      trees=tune.trees)
         return cls(trained, **{**kwargs, **overrides})
 
     def temperature(self, context) -> float:
@@ -158,7 +161,7 @@ class CaloCostModel(PyCostModel):
                     break
         self.model.to("cpu")
         self.model.eval()
-        if step.correction > 0:  # refitted to this search's records; else the fine-tune's
+        if self.trees and step.correction > 0:  # refitted to this search's records
             self.trained.correction = fit_correction(self.model, self.finetune.correction,
                                                      step.correction, self.measured, self.tasks,
                                                      self.train.seed, step.blend)
@@ -167,7 +170,13 @@ class CaloCostModel(PyCostModel):
     def learns_stores(self) -> bool:
         """Measured candidates keep their store rows: the network reads them, or the rule
         refits a correction on them."""
-        return self.trained.reads_stores or self.finetune.corrects
+        return self.trained.reads_stores or (self.trees and self.finetune.corrects)
+
+    def scores_with_trees(self, context) -> bool:
+        """The correction takes part in this task's scores: on, fitted, and (the throughput
+        trees) fitted on this task's measurements."""
+        c = self.trained.correction
+        return self.trees and c is not None and (c.moves_mean or str(context.task_name) in c.best)
 
     def featurize(self, context, candidates, stores: bool | None = None
                   ) -> list[ScheduleGraph]:
@@ -193,12 +202,12 @@ class CaloCostModel(PyCostModel):
         if not candidates:
             return np.zeros(0, dtype=np.float64)
         self.model.eval()
-        batch, graphs = self.batch(context, candidates)
+        batch, graphs = self.batch(context, candidates, self.scores_with_trees(context))
         d = self.model.to_log_latency(self.model(*batch))
         d = d.scaled(self.temperature(context))
         mean = d.gamma.double().numpy()
         bound = mean - self.kappa() * d.epistemic_var.sqrt().double().numpy()
-        if self.trained.correction is not None:
+        if self.scores_with_trees(context):
             bound = self.corrected(context, candidates, graphs, mean, bound)
         # TVM's evolutionary search keeps the best-scored candidates of all its generations in
         # one heap: scored relative to each call's own best, every generation's best would tie
@@ -207,13 +216,14 @@ class CaloCostModel(PyCostModel):
         ref = self.reference.setdefault(str(context.task_name), float(bound.min()))
         return np.exp(np.clip(ref - bound, -MAX_LOG_SCORE, MAX_LOG_SCORE))
 
-    def batch(self, context, candidates) -> tuple[tuple, list[ScheduleGraph] | None]:
+    def batch(self, context, candidates, trees: bool = False
+              ) -> tuple[tuple, list[ScheduleGraph] | None]:
         """The network's input for candidates, and their graphs where the correction needs
         them. A network of graphs alone gets the native walker's concatenated graphs, every
         candidate walked again: that costs less than hashing the programs to find the graphs
         already made. The correction's store rows are extracted for its drafts only
         (corrected())."""
-        if not self.trained.reads_stores and self.trained.correction is None:
+        if not self.trained.reads_stores and not trees:
             union = union_of_candidates(self.trained.graph_kind, context.target, candidates)
             if union is not None:
                 return collate_union(union), None

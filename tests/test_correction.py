@@ -75,16 +75,20 @@ def test_a_damaged_correction_is_refused_in_one_line(corrected, tmp_path):
 def test_the_search_scores_with_the_correction_and_refits_it_on_its_measurements(corrected):
     settings, adapted, _ = corrected
     context, cands, results, _ = search_batch(TARGET, 8)
-    model = CaloCostModel.from_settings(adapted, settings, constant_kappa=0.0)  # mean only
+    model = CaloCostModel.from_settings(adapted, settings, constant_kappa=0.0,  # mean only
+                                        trees=True)
     graphs = model.featurize(context, cands, stores=True)
     with torch.no_grad():
         plain = model.model.to_log_latency(model.model(*collate(graphs))).gamma.numpy()
+    plain_search = CaloCostModel.from_settings(copy.deepcopy(adapted), settings,
+                                               constant_kappa=0.0)  # own weights: not updated
     mu = adapted.correction.adjust(plain, [g.stores for g in graphs],
                                    [str(context.task_name)] * len(graphs))
     assert np.allclose(np.argsort(-model.predict(context, cands)), np.argsort(mu))
     # With 3 drafts, the correction re-orders the network's 3 best, which stay ahead of the
     # rest; the rest keep the network's order.
-    drafts = CaloCostModel.from_settings(adapted, settings, constant_kappa=0.0, correct_top=3)
+    drafts = CaloCostModel.from_settings(adapted, settings, constant_kappa=0.0, correct_top=3,
+                                         trees=True)
     order = np.argsort(-drafts.predict(context, cands), kind="stable")
     top = np.argsort(plain, kind="stable")[:3]
     assert set(order[:3]) == set(top)
@@ -102,6 +106,15 @@ def test_the_search_scores_with_the_correction_and_refits_it_on_its_measurements
     assert model.trained.correction is not fitted  # the rule's row asks for one: refitted
     assert all(g.store_rows is not None for g in model.measured)
     assert np.isfinite(model.predict(context, cands)).all()
+    # As params.yaml ships it (tune.trees off) a search scores with the network alone and
+    # neither extracts store rows nor refits the trees.
+    assert not settings.tune.trees
+    assert np.array_equal(np.argsort(-plain_search.predict(context, cands), kind="stable"),
+                          np.argsort(plain, kind="stable"))
+    kept = plain_search.trained.correction
+    plain_search.update(context, cands, results)
+    assert plain_search.trained.correction is kept
+    assert not plain_search.store_rows_of
 
 
 def test_negative_correction_rounds_are_refused(params):
