@@ -120,8 +120,8 @@ def test_a_warm_up_too_small_to_refit_keeps_the_donors_temperature_or_its_width(
 
     donor = TrainedModel.load(paths.model_dir(DONOR))
     warm = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None][:6]
-    graphs = graph_set(donor.graph_kind, warm)
     settings = params.override({"calibrate.after_finetune": after})
+    graphs = graph_set(donor.graph_kind, warm, stores=settings.finetune.corrects)
     tuned, _ = fine_tuned(donor, settings, graphs, warm)
     scales = [predict(m.net, graphs.graphs).t_scale.numpy() for m in (donor, tuned)]
     assert (scales[0] != scales[1]).any()  # the fine-tune moved them
@@ -146,7 +146,7 @@ def test_a_blended_refit_is_the_geometric_mean_of_the_refit_and_the_width_before
     donor = TrainedModel.load(paths.model_dir(DONOR))
     donor.temperature *= 1e-3
     warm = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None]
-    graphs = graph_set(donor.graph_kind, warm)
+    graphs = graph_set(donor.graph_kind, warm, stores=params.finetune.corrects)
     temperature = {rule: fine_tuned(donor, params.override({"calibrate.warmup_refit": rule}),
                                     graphs, warm)[0].temperature
                    for rule in ("off", "replace", "blend")}
