@@ -146,7 +146,7 @@ class FinetuneStep:
     lr: float
     correction: int = 0  # boosting rounds of the correction (calo.correction); 0: none
     # 0: the correction's trees fit the network's residuals; w in (0, 1]: they fit normalized
-    # throughput and the mean is blended, w on theirs (calo.correction)
+    # throughput and candidates are ordered by a blend, w on theirs (calo.correction)
     blend: float = 0.0
     anchor: float = 0.0  # decay toward the donor's weights (L2-SP, models.training.Anchor); 0: none
     # The regression loss's weight on the fast end (models.training.fit); null: train.fast_weight
@@ -373,7 +373,7 @@ def _check_references(s: Settings, where: str) -> None:
         if any(not 0 <= step.blend <= 1 or (step.blend and not step.correction)
                for step in rule):
             raise CaloError(f"{where}: finetune.{name}: blend is the throughput trees' weight "
-                            "in the mean, in [0, 1], and needs correction rounds > 0")
+                            "in the ordering, in [0, 1], and needs correction rounds > 0")
         if any(step.anchor < 0 for step in rule):
             raise CaloError(f"{where}: finetune.{name}: anchor must be >= 0 (0: no pull toward "
                             "the donor's weights)")

@@ -10,13 +10,14 @@ program summarized by the sum and the maximum of its store rows, in one of two w
   minus predicted log latency), and their prediction is added to its mean;
 - throughput (`blend` w > 0): the trees fit what TVM's XGBModel fits, each record's normalized
   throughput (its workload's best measured latency / its latency), so their loss sits on the
-  fast end; the mean becomes (1 - w) x the network's + w x the trees' log latency (the
-  workload's best, less the log of the predicted throughput), for workloads they have
-  measurements of (named as the fit's were: workload names, or a search's task names).
+  fast end; candidates are ordered by (1 - w) x the network's mean + w x the trees' log
+  latency (the workload's best, less the log of the predicted throughput), for workloads they
+  have measurements of (named as the fit's were: workload names, or a search's task names).
+  The mean stays the network's (calo.evaluation.ranking_scores).
 
-Either moves the predicted mean only: the variance stays the evidential head's. The fine-tune
-rule says how many boosting rounds, and which blend, a warm-up of a given size gets (0 rounds:
-none); the trees' settings are `finetune.correction` in params.yaml.
+Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
+rounds, and which blend, a warm-up of a given size gets (0 rounds: none); the trees' settings
+are `finetune.correction` in params.yaml.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class Corrector:
         return cls(booster, blend, best)
 
     def adjust(self, mu: np.ndarray, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
-        """The corrected mean log latency of programs whose network means are `mu`."""
+        """For programs whose network means are `mu`: the corrected means (residual trees),
+        or the blended log latencies that order them (throughput trees)."""
         mu = np.asarray(mu, np.float64)
         if not len(rows):
             return mu

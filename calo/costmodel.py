@@ -202,12 +202,13 @@ class CaloCostModel(PyCostModel):
         if not candidates:
             return np.zeros(0, dtype=np.float64)
         self.model.eval()
-        batch, graphs = self.batch(context, candidates, self.scores_with_trees(context))
+        trees = self.scores_with_trees(context)
+        batch, graphs = self.batch(context, candidates, trees)
         d = self.model.to_log_latency(self.model(*batch))
         d = d.scaled(self.temperature(context))
         mean = d.gamma.double().numpy()
         bound = mean - self.kappa() * d.epistemic_var.sqrt().double().numpy()
-        if self.scores_with_trees(context):
+        if trees:
             bound = self.corrected(context, candidates, graphs, mean, bound)
         # TVM's evolutionary search keeps the best-scored candidates of all its generations in
         # one heap: scored relative to each call's own best, every generation's best would tie
@@ -232,11 +233,11 @@ class CaloCostModel(PyCostModel):
 
     def corrected(self, context, candidates, graphs, mean: np.ndarray, bound: np.ndarray
                   ) -> np.ndarray:
-        """The bounds moved as the correction moves the means: on every candidate where the
-        network reads store rows or correct_top is 0, else on the network's best correct_top
-        (the drafts), the rest shifted by the largest of their moves so that no draft falls
-        behind a candidate the correction never saw. Rows the graphs carry are used, not
-        extracted."""
+        """The bounds moved as the correction moves the means (or reorders them): on every
+        candidate where the network reads store rows or correct_top is 0, else on the
+        network's best correct_top (the drafts), the rest shifted by the largest of their moves
+        so that no draft falls behind a candidate the correction never saw. Rows the graphs
+        carry are used, not extracted."""
         k = self.correct_top
         top = (np.arange(len(candidates)) if self.trained.reads_stores
                or not 0 < k < len(candidates) else np.argsort(bound, kind="stable")[:k])

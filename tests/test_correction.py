@@ -4,14 +4,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from scipy.stats import kendalltau
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, TrainedModel
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
-from calo.evaluation import predictive, ranking_scores
+from calo.evaluation import mean_ranking, predictive, ranking_scores
 from calo.tasks.extract import extract
 from calo.tasks.finetune import adapt
 from tests.conftest import DONOR, TARGET, search_batch
@@ -37,11 +36,6 @@ def adapted_with(params, tmp_path, monkeypatch, rule: list[dict]):
 @pytest.fixture
 def corrected(params, pretrained, tmp_path, monkeypatch):
     return adapted_with(params, tmp_path, monkeypatch, RULE)
-
-
-def within_workload_tau(y: np.ndarray, mu: np.ndarray, workloads: list[str]) -> float:
-    return float(np.mean([kendalltau(y[idx], mu[idx]).statistic for w in set(workloads)
-                          if len(idx := [i for i, v in enumerate(workloads) if v == w]) > 2]))
 
 
 def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
@@ -150,8 +144,8 @@ def test_the_throughput_blend_orders_its_workloads_and_leaves_others_to_the_netw
     assert np.array_equal(predictive(adapted.net, graphs, correction=fitted)[1], plain)
     mixed = ranking_scores(plain, graphs, fitted)
     # Trees fitted to these records' throughput order them better than the network alone.
-    assert (within_workload_tau(y, mixed, graphs.workload)
-            > within_workload_tau(y, plain, graphs.workload))
+    assert (mean_ranking(y, mixed, graphs.workload)["kendall_tau"]
+            > mean_ranking(y, plain, graphs.workload)["kendall_tau"])
     # Each workload's best measured latency anchors the trees' log latency: a blended mean
     # lies between the network's and the trees', whose best is the workload's best or slower.
     best = np.array([fitted.best[w] for w in graphs.workload])
