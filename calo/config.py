@@ -156,17 +156,13 @@ class FinetuneStep:
 
 @dataclass(frozen=True)
 class Correction:
-    """The device correction's trees (calo.correction); the rule gives the rounds."""
+    """The boosted residual correction's trees (calo.correction); the rule gives the rounds."""
 
     depth: int = 3
     lr: float = 0.1
     min_child_weight: float = 2.0
     subsample: float = 0.8     # of the records per tree, and of the features
     threads: int = 2
-    # The throughput blend's weights a fine-tune chooses from on its held-back records
-    # (calo.correction.choose_blend; 0: the network alone); empty: the rule's blend as is.
-    blends: tuple[float, ...] = ()
-    least_pairs: int = 30      # fewer held-back pairs than this: the rule's blend
 
 
 @dataclass(frozen=True)
@@ -395,9 +391,6 @@ def _check_references(s: Settings, where: str) -> None:
     if c.depth < 1 or c.lr <= 0 or not 0 < c.subsample <= 1 or c.threads < 1:
         raise CaloError(f"{where}: finetune.correction needs depth >= 1, lr > 0, subsample in "
                         f"(0, 1] and threads >= 1, got {c}")
-    if any(not 0 <= b <= 1 for b in c.blends) or c.least_pairs < 1:
-        raise CaloError(f"{where}: finetune.correction.blends are weights in [0, 1] and "
-                        f"least_pairs is >= 1, got {list(c.blends)} and {c.least_pairs}")
     if s.extract.workers < 1 or s.extract.shard_size < 1 or s.train.graphs_in_memory < 1:
         raise CaloError(f"{where}: extract.workers, extract.shard_size and "
                         "train.graphs_in_memory must be >= 1")

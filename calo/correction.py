@@ -17,9 +17,7 @@ program summarized by the sum and the maximum of its store rows, in one of two w
 
 Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
 rounds, and which blend, a warm-up of a given size gets (0 rounds: none); the trees' settings
-are `finetune.correction` in params.yaml. Where that lists `blends`, the weight is chosen per
-fine-tune instead, on the records it held back (`choose_blend`): how far the device's trees
-can be trusted differs by device and by warm-up size, and those records say it for this one.
+are `finetune.correction` in params.yaml.
 """
 
 from __future__ import annotations
@@ -87,20 +85,12 @@ class Corrector:
         mu = np.asarray(mu, np.float64)
         if not len(rows):
             return mu
-        if not self.blend:
-            return mu + self.booster.predict(summarize(rows)).astype(np.float64)
-        return self.blended(mu, self.trees_latency(rows, workloads), self.blend)
-
-    def trees_latency(self, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
-        """The throughput trees' log latency of each program (NaN for a workload they have
-        no measurement of)."""
         out = self.booster.predict(summarize(rows)).astype(np.float64)
+        if not self.blend:
+            return mu + out
         best = np.array([self.best.get(w, np.nan) for w in workloads])
-        return best - np.log(np.maximum(out, MIN_THROUGHPUT))
-
-    @staticmethod
-    def blended(mu: np.ndarray, trees: np.ndarray, blend: float) -> np.ndarray:
-        return np.where(np.isnan(trees), mu, (1 - blend) * mu + blend * np.nan_to_num(trees))
+        trees = best - np.log(np.maximum(out, MIN_THROUGHPUT))
+        return np.where(np.isnan(best), mu, (1 - self.blend) * mu + self.blend * trees)
 
     @property
     def moves_mean(self) -> bool:
@@ -140,61 +130,12 @@ def store_rows(graphs: Sequence[Data]) -> list:
     return [g.store_rows for g in graphs]
 
 
-def weighted_concordance(y: np.ndarray, scores: np.ndarray, workloads: Sequence[str],
-                         best: dict[str, float]) -> tuple[float, int]:
-    """How well `scores` (lower = faster) order measured log latencies `y` within each
-    workload: the share of pairs ordered right, each pair weighed by how far apart the two
-    normalized throughputs are (the fast end weighs most, as in the fine-tune's rank loss;
-    a tie in score counts half); and how many pairs there were."""
-    right = total = 0.0
-    pairs = 0
-    for name in sorted(set(workloads)):
-        idx = np.flatnonzero(np.asarray(workloads) == name)
-        if len(idx) < 2:
-            continue
-        lat, score = y[idx], scores[idx]
-        top = min(best.get(name, math.inf), float(lat.min()))
-        thr = np.exp(top - lat)
-        i, j = np.triu_indices(len(idx), 1)
-        weight = np.abs(thr[i] - thr[j])
-        agree = np.sign(lat[i] - lat[j]) * np.sign(score[i] - score[j])
-        right += float(np.sum(weight * (agree > 0) + 0.5 * weight * (agree == 0)))
-        total += float(weight.sum())
-        pairs += int(np.count_nonzero(lat[i] != lat[j]))
-    return (right / total if total else math.nan), pairs
-
-
-def choose_blend(corrector: Corrector, mu: np.ndarray, rows: Sequence,
-                 workloads: Sequence[str], y: np.ndarray, choices: Sequence[float],
-                 least_pairs: int) -> float:
-    """The weight of `choices` (0: the network alone) whose blend orders the held-out
-    records best (`weighted_concordance`); the corrector's own where they hold fewer than
-    `least_pairs` pairs, or where none beats it."""
-    trees = corrector.trees_latency(rows, workloads)
-    y = np.asarray(y, np.float64)
-
-    def score(blend: float) -> tuple[float, int]:
-        return weighted_concordance(y, Corrector.blended(mu, trees, blend), workloads,
-                                    corrector.best)
-
-    chosen, (best, pairs) = corrector.blend, score(corrector.blend)
-    if pairs < least_pairs:
-        return chosen
-    for blend in choices:
-        value, _ = score(blend)
-        if value > best:
-            chosen, best = blend, value
-    return chosen
-
-
 def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
                    graphs: Sequence[Data], workloads: Sequence[str], seed: int = 0,
-                   blend: float = 0.0, held: tuple[Sequence[Data], Sequence[str]] | None = None
-                   ) -> Corrector | None:
+                   blend: float = 0.0) -> Corrector | None:
     """The correction of `net`'s mean on measured graphs (with store rows) of `workloads`
     (one name each): residual trees, or with `blend` > 0 throughput trees blended at that
-    weight, or at the weight of `settings.blends` that orders `held` (graphs the fit did not
-    see, and their workloads) best (`choose_blend`); None for 0 rounds or a chosen weight 0."""
+    weight; None for 0 rounds."""
     if rounds <= 0 or not graphs:
         return None
     rows = store_rows(graphs)
@@ -206,11 +147,4 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
     for w, v in zip(workloads, y):
         best[w] = min(best.get(w, math.inf), float(v))
     throughput = np.exp(np.array([best[w] for w in workloads]) - y)
-    fitted = Corrector.fit(settings, rounds, rows, throughput, seed, blend, best)
-    if settings.blends and held and len(held[0]):
-        graphs, workloads = held
-        fitted.blend = choose_blend(
-            fitted, predict(net, list(graphs)).gamma.numpy().astype(np.float64),
-            store_rows(graphs), workloads, torch.cat([g.y for g in graphs]).double().numpy(),
-            settings.blends, settings.least_pairs)
-    return fitted if fitted.blend else None
+    return Corrector.fit(settings, rounds, rows, throughput, seed, blend, best)

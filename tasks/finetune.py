@@ -48,15 +48,11 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
                 "ema": 0.0}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
-    # The held-back records may choose the trees' weight, where they are not the fit's own.
-    held = (val.graphs, val.workload) if val is not graphs else None
     trained.correction = fit_correction(trained.net, finetune.correction, step.correction,
-                                        graphs.graphs, graphs.workload, train.seed, step.blend,
-                                        held)
-    blend = trained.correction.blend if trained.correction else 0.0
+                                        graphs.graphs, graphs.workload, train.seed, step.blend)
     trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
-                                 "correction_rounds": step.correction, "blend": blend,
+                                 "correction_rounds": step.correction, "blend": step.blend,
                                  "same_device": same_device,
                                  "warmup_per_workload": graphs.per_workload()}}
 

@@ -7,7 +7,6 @@ import torch
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, TrainedModel
-from calo.correction import Corrector, store_rows, weighted_concordance
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
@@ -165,53 +164,3 @@ def test_a_blend_outside_0_1_or_without_rounds_is_refused(params):
     for row in ({**RULE[0], "blend": 1.5}, {**RULE[0], "correction": 0, "blend": 0.5}):
         with pytest.raises(CaloError, match="blend is the throughput trees' weight"):
             params.override({"finetune.rule": [row]})
-
-
-def test_weighted_concordance_weighs_the_fast_end():
-    y = np.log(np.array([1.0, 2.0, 8.0, 9.0, 1.0, 3.0]))
-    names = ["a"] * 4 + ["b"] * 2
-    assert weighted_concordance(y, y, names, {}) == (1.0, 7)
-    assert weighted_concordance(y, -y, names, {})[0] == 0.0
-    assert weighted_concordance(y, np.zeros(6), names, {})[0] == 0.5  # ties count half
-    # Swapping the two fastest of "a" costs more than swapping the two slowest.
-    fast, slow = y.copy(), y.copy()
-    fast[[0, 1]], slow[[2, 3]] = y[[1, 0]], y[[3, 2]]
-    assert weighted_concordance(y, fast, names, {})[0] < weighted_concordance(y, slow, names, {})[0]
-    # A best measured elsewhere (the fit's records) sets the throughputs' scale.
-    assert weighted_concordance(y, fast, names, {"a": np.log(0.5)})[0] != pytest.approx(
-        weighted_concordance(y, fast, names, {})[0])
-
-
-def test_the_fine_tune_chooses_the_blend_on_its_held_back_records(
-        params, pretrained, tmp_path, monkeypatch):
-    choices = [0.0, 0.25, 0.5, 0.75, 1.0]
-    rule = [{**RULE[0], "correction": 100, "blend": 0.25}]
-    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
-    settings, _, graphs = adapted_with(params, tmp_path, monkeypatch, rule)
-    odd = [r % 2 == 1 for r in graphs.record]
-    fit_set, held = graphs.select([not o for o in odd]), graphs.select(odd)
-
-    def adapted(**correction):
-        tuned = copy.deepcopy(donor)
-        s = settings.override({f"finetune.correction.{k}": v for k, v in correction.items()})
-        config = adapt(tuned, s.finetune, s.train, fit_set, held, set())["config"]
-        return tuned, config["blend"]
-
-    tuned, chosen = adapted(blends=choices, least_pairs=1)
-    assert chosen in choices and (tuned.correction is None) == (chosen == 0)
-    # The choice orders the held-back records at least as well as every other weight.
-    fitted, _ = adapted()  # the same trees (same seed), at the rule's weight
-    mu = predictive(fitted.net, held)[1]
-    y = held.labels().double().numpy()
-    tl = fitted.correction.trees_latency(store_rows(held.graphs), held.workload)
-    value = {b: weighted_concordance(y, Corrector.blended(mu, tl, b), held.workload,
-                                     fitted.correction.best)[0] for b in choices}
-    assert value[chosen] == max(value.values())
-    # Too few held-back pairs, or no choices: the rule's weight.
-    assert adapted(blends=choices, least_pairs=10**6)[1] == 0.25
-    assert adapted()[1] == 0.25
-
-
-def test_blend_choices_outside_0_1_are_refused(params):
-    with pytest.raises(CaloError, match="blends are weights in"):
-        params.override({"finetune.correction.blends": [0.5, 2.0]})
