@@ -48,8 +48,12 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
                 "ema": 0.0}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
+    # The throughput trees leave the mean and variance to the head, so the records held back
+    # to check those can train them too.
+    fit_on = graphs if not step.blend or val is graphs else GraphSet(
+        [*graphs.graphs, *val.graphs], [*graphs.workload, *val.workload], [], graphs.kind)
     trained.correction = fit_correction(trained.net, finetune.correction, step.correction,
-                                        graphs.graphs, graphs.workload, train.seed, step.blend)
+                                        fit_on.graphs, fit_on.workload, train.seed, step.blend)
     trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
                                  "correction_rounds": step.correction, "blend": step.blend,

@@ -164,3 +164,19 @@ def test_a_blend_outside_0_1_or_without_rounds_is_refused(params):
     for row in ({**RULE[0], "blend": 1.5}, {**RULE[0], "correction": 0, "blend": 0.5}):
         with pytest.raises(CaloError, match="blend is the throughput trees' weight"):
             params.override({"finetune.rule": [row]})
+
+
+def test_the_throughput_trees_also_learn_from_the_held_back_records(
+        params, pretrained, tmp_path, monkeypatch):
+    rule = [{**RULE[0], "correction": 20, "blend": 0.25}]
+    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
+    settings, _, graphs = adapted_with(params, tmp_path, monkeypatch, rule)
+    y = graphs.labels().double().numpy()
+    # Hold back each workload's fastest record: only the trees can know it.
+    fastest = {w: min(np.flatnonzero(np.asarray(graphs.workload) == w), key=lambda i: y[i])
+               for w in set(graphs.workload)}
+    held = [i in fastest.values() for i in range(len(graphs))]
+    fit_set, val = graphs.select([not h for h in held]), graphs.select(held)
+    tuned = copy.deepcopy(donor)
+    adapt(tuned, settings.finetune, settings.train, fit_set, val, set())
+    assert tuned.correction.best == pytest.approx({w: y[i] for w, i in fastest.items()})
