@@ -40,6 +40,24 @@ def test_finetune_adapts_the_layers_its_rule_names_for_the_warmup_size(params, p
     assert any(not torch.equal(donor[k], tuned[k]) for k in donor if k not in head)
 
 
+def test_finetune_trains_its_trees_on_the_held_back_records_and_scores_the_network_there(
+        params, finetuned):
+    from calo.evaluation import evaluate
+
+    tuned = TrainedModel.load(paths.model_dir(TARGET))
+    assert tuned.correction is not None and not tuned.correction.moves_mean  # as params.yaml
+    graphs = load_graphs(paths.graphs_path(TARGET), tuned.graph_kind,
+                         params.extracts_stores(TARGET))
+    val = graphs.split("val", params.split)
+    y = val.labels().double().numpy()
+    for w in set(val.workload):  # each workload's best is the best of its validation records too
+        assert tuned.correction.best[w] <= y[np.asarray(val.workload) == w].min() + 1e-9
+    # Those records taught the trees: the stage scores the network's order on them.
+    plain = evaluate(tuned.net, val, params.calibrate.levels)
+    assert finetuned["val_kendall_tau"] == pytest.approx(plain["kendall_tau"])
+    assert finetuned["val_top1"] == pytest.approx(plain["top1"])
+
+
 def test_a_fine_tune_trains_with_its_rows_fast_end_weight_and_keeps_its_rows_epoch(
         params, pretrained):
     from calo.tasks.finetune import adapt
