@@ -2,8 +2,10 @@
 
 On disk it is a directory of two files, `weights.pt` (a state dict, standardization included,
 loaded with `weights_only=True`: nothing unpickles code) and `model.json` (the configuration,
-the graph schema it reads and the calibration temperatures), and a third, `correction.json`,
-when a fine-tune fitted a residual correction (calo.correction; XGBoost's own JSON format).
+the graph schema it reads and the calibration temperatures), a third, `correction.json`,
+when a fine-tune fitted a correction (calo.correction; XGBoost's own JSON format), and
+`donor_rows.npz` when the fine-tune rule's trees learn from the donor's records too (their
+summarized per-store rows and throughputs, calo.correction.tree_rows).
 The pipeline's stages, the MLflow registry, `calo evaluate`, the benchmarks and the
 Meta-Schedule cost model all save and load it here.
 """
@@ -16,17 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from calo import config as cfg
 from calo import paths, store_features
-from calo.correction import Corrector
+from calo.correction import Corrector, TreeRows
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError, reason
 from calo.graphs import schema
 from calo.models.evidential import EvidentialSAGE
 
 WEIGHTS, CONFIG, CORRECTION = "weights.pt", "model.json", "correction.json"
+DONOR_ROWS = "donor_rows.npz"
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class TrainedModel:
     # temperature), fitted on its calibration records. One device's errors can be wider than
     # another's, and a pooled temperature then misses both.
     device_temperatures: dict[str, float] = dataclasses.field(default_factory=dict)
+    donor_rows: TreeRows | None = None  # the donor's records, for trees that learn from them
 
     @classmethod
     def new(cls, settings: cfg.Settings) -> TrainedModel:
@@ -102,6 +107,16 @@ class TrainedModel:
         """This model as one device's (sharing the network): its temperature for `targets`."""
         return dataclasses.replace(self, temperature=self.temperature_for(targets),
                                    device_temperatures={})
+
+    def rows_for(self, step: cfg.FinetuneStep) -> TreeRows | None:
+        """The donor's records for the trees of a fine-tune rule's row that asks for them."""
+        if not step.donor_records:
+            return None
+        if self.donor_rows is None:
+            raise CaloError("the fine-tune rule's trees learn from the donor's records "
+                            "(donor_records: true), but this model keeps none: re-run `calo "
+                            "pretrain` with this params.yaml")
+        return self.donor_rows
 
     @property
     def graph_kind(self) -> str:
@@ -131,12 +146,20 @@ class TrainedModel:
             tmp = path / f".{CORRECTION}.tmp.json"  # XGBoost picks the format by suffix
             self.correction.save(tmp)
             tmp.replace(path / CORRECTION)
+        if self.donor_rows is None:
+            (path / DONOR_ROWS).unlink(missing_ok=True)
+        else:
+            with open(path / f".{DONOR_ROWS}.tmp", "wb") as tmp_file:
+                np.savez_compressed(tmp_file, rows=self.donor_rows[0],
+                                    throughput=self.donor_rows[1])
+            (path / f".{DONOR_ROWS}.tmp").replace(path / DONOR_ROWS)
         return path
 
     def describe(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self.config), "temperature": self.temperature,
                 "device_temperatures": self.device_temperatures,
                 "correction": None if self.correction is None else self.correction.describe(),
+                "donor_rows": None if self.donor_rows is None else len(self.donor_rows[1]),
                 "info": self.info}
 
     @classmethod
@@ -171,7 +194,19 @@ class TrainedModel:
             except Exception as err:  # missing, or not an XGBoost model
                 raise CaloError(f"{path / CORRECTION} does not hold this model's correction: "
                                 f"{reason(err)[:160]}") from None
-        return cls(net, config, temperature, dict(blob.get("info", {})), correction, per_device)
+        donor_rows = None
+        if blob.get("donor_rows"):
+            try:
+                with np.load(path / DONOR_ROWS) as saved:
+                    donor_rows = saved["rows"], saved["throughput"]
+                if len(donor_rows[0]) != blob["donor_rows"] or len(donor_rows[1]) != len(
+                        donor_rows[0]):
+                    raise ValueError(f"{len(donor_rows[0])} rows, {blob['donor_rows']} expected")
+            except Exception as err:  # missing, truncated, or another model's
+                raise CaloError(f"{path / DONOR_ROWS} does not hold this model's donor records: "
+                                f"{reason(err)[:160]}") from None
+        return cls(net, config, temperature, dict(blob.get("info", {})), correction, per_device,
+                   donor_rows)
 
 
 def load_with_graphs(device: str, model_dir: Path, made_by: str) -> tuple[TrainedModel, GraphSet]:

@@ -152,6 +152,9 @@ class FinetuneStep:
     # The regression loss's weight on the fast end (models.training.fit); null: train.fast_weight
     fast_weight: float | None = None
     keep: Literal["best", "last"] | None = None   # which weights it ends with; null: finetune.keep
+    # the throughput trees also learn from the donor's training records (the donor's artifact
+    # keeps their per-store rows: calo.correction.tree_rows), as TVM's XGBModel on both does
+    donor_records: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,11 @@ class Finetune:
     @property
     def rules(self) -> dict[str, tuple[FinetuneStep, ...]]:
         return {"rule": self.rule, "same_device_rule": self.same_device_rule}
+
+    @property
+    def keeps_donor_rows(self) -> bool:
+        """Some row's trees learn from the donor's records: the donor keeps their store rows."""
+        return any(step.donor_records for rule in self.rules.values() for step in rule)
 
     @property
     def corrects(self) -> bool:
@@ -298,8 +306,10 @@ class Settings:
 
     def extracts_stores(self, device: str) -> bool:
         """A device's graphs carry TVM's per-store features: the model reads them, or, on a
-        target device, the fine-tune's residual correction does."""
-        return self.graph.stores or (device in self.targets and self.finetune.corrects)
+        target device, the fine-tune's correction does, or, on the donor, the correction's
+        trees learn from its records too."""
+        return (self.graph.stores or (device in self.targets and self.finetune.corrects)
+                or (device == self.donor and self.finetune.keeps_donor_rows))
 
     def workloads_named(self, names: typing.Iterable[str]) -> list[Workload]:
         return [self.workload(n) for n in names]
@@ -374,6 +384,9 @@ def _check_references(s: Settings, where: str) -> None:
                for step in rule):
             raise CaloError(f"{where}: finetune.{name}: blend is the throughput trees' weight "
                             "in the ordering, in [0, 1], and needs correction rounds > 0")
+        if any(step.donor_records and not step.blend for step in rule):
+            raise CaloError(f"{where}: finetune.{name}: donor_records is for the throughput "
+                            "trees (blend > 0)")
         if any(step.anchor < 0 for step in rule):
             raise CaloError(f"{where}: finetune.{name}: anchor must be >= 0 (0: no pull toward "
                             "the donor's weights)")

@@ -69,14 +69,15 @@ class Corrector:
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None
             ) -> Corrector:
         """Boosted trees fitted to `target` (residual log latency, or normalized throughput
-        where `blend` > 0) from each program's store `rows`."""
+        where `blend` > 0) from each program's store `rows` (or their summaries)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         booster = xgboost.XGBRegressor(
             n_estimators=rounds, max_depth=settings.depth, learning_rate=settings.lr,
             min_child_weight=settings.min_child_weight, subsample=settings.subsample,
             colsample_bytree=settings.subsample, random_state=seed, n_jobs=settings.threads)
-        booster.fit(summarize(rows), np.asarray(target, np.float32))
+        x = rows if isinstance(rows, np.ndarray) else summarize(rows)
+        booster.fit(x, np.asarray(target, np.float32))
         return cls(booster, blend, best)
 
     def adjust(self, mu: np.ndarray, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
@@ -130,12 +131,18 @@ def store_rows(graphs: Sequence[Data]) -> list:
     return [g.store_rows for g in graphs]
 
 
+# The donor's records as the throughput trees read them: each program's summarized store rows
+# and its throughput relative to its workload's best. Kept at full precision: rounded, a
+# donor's row would sit on the other side of a split from an equal row of the device.
+TreeRows = tuple[np.ndarray, np.ndarray]
+
+
 def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
                    graphs: Sequence[Data], workloads: Sequence[str], seed: int = 0,
-                   blend: float = 0.0) -> Corrector | None:
+                   blend: float = 0.0, donor: TreeRows | None = None) -> Corrector | None:
     """The correction of `net`'s mean on measured graphs (with store rows) of `workloads`
     (one name each): residual trees, or with `blend` > 0 throughput trees blended at that
-    weight; None for 0 rounds."""
+    weight, fitted on the `donor`'s records too where given; None for 0 rounds."""
     if rounds <= 0 or not graphs:
         return None
     rows = store_rows(graphs)
@@ -143,8 +150,25 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
     if not blend:
         residual = y - predict(net, list(graphs)).gamma.numpy()
         return Corrector.fit(settings, rounds, rows, residual, seed)
+    best, throughput = normalized_throughput(y, workloads)
+    x = summarize(rows)
+    if donor is not None:
+        x = np.concatenate([donor[0], x])
+        throughput = np.concatenate([donor[1].astype(np.float64), throughput])
+    return Corrector.fit(settings, rounds, x, throughput, seed, blend, best)
+
+
+def normalized_throughput(y: np.ndarray, workloads: Sequence[str]
+                          ) -> tuple[dict[str, float], np.ndarray]:
+    """Each workload's best log latency, and each record's throughput relative to it."""
     best: dict[str, float] = {}
     for w, v in zip(workloads, y):
         best[w] = min(best.get(w, math.inf), float(v))
-    throughput = np.exp(np.array([best[w] for w in workloads]) - y)
-    return Corrector.fit(settings, rounds, rows, throughput, seed, blend, best)
+    return best, np.exp(np.array([best[w] for w in workloads]) - y)
+
+
+def tree_rows(graphs: Sequence[Data], workloads: Sequence[str]) -> TreeRows:
+    """The donor's measured graphs (with store rows) as the throughput trees learn from them."""
+    y = torch.cat([g.y for g in graphs]).double().numpy()
+    return (summarize(store_rows(graphs)),
+            normalized_throughput(y, workloads)[1].astype(np.float32))

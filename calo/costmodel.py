@@ -164,7 +164,8 @@ class CaloCostModel(PyCostModel):
         if self.trees and step.correction > 0:  # refitted to this search's records
             self.trained.correction = fit_correction(self.model, self.finetune.correction,
                                                      step.correction, self.measured, self.tasks,
-                                                     self.train.seed, step.blend)
+                                                     self.train.seed, step.blend,
+                                                     self.trained.rows_for(step))
 
     @property
     def learns_stores(self) -> bool:

@@ -54,7 +54,8 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     if step.blend and val is not graphs:
         tree_graphs, tree_workloads = [*tree_graphs, *val.graphs], [*tree_workloads, *val.workload]
     trained.correction = fit_correction(trained.net, finetune.correction, step.correction,
-                                        tree_graphs, tree_workloads, train.seed, step.blend)
+                                        tree_graphs, tree_workloads, train.seed, step.blend,
+                                        trained.rows_for(step))
     trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
                                  "correction_rounds": step.correction, "blend": step.blend,

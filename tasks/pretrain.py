@@ -11,6 +11,7 @@ import torch
 from calo import compute, locks, paths, registry
 from calo import config as cfg
 from calo.artifact import TrainedModel
+from calo.correction import tree_rows
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import checked_temperature, evaluate
@@ -133,6 +134,8 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
                  on_epoch=on_epoch, **options)
     levels = settings.calibrate.levels
+    if settings.finetune.keeps_donor_rows:
+        trained.donor_rows = tree_rows(train.graphs, train.workload)
     trained.temperature = donor_temperature(settings, trained, calibration, 1.0)
     if settings.calibrate.per_target:
         trained.device_temperatures = device_temperatures(settings, trained, calibration, also)

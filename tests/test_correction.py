@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from calo import paths
-from calo.artifact import CONFIG, CORRECTION, TrainedModel
+from calo.artifact import CONFIG, CORRECTION, DONOR_ROWS, TrainedModel
+from calo.correction import tree_rows
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
@@ -180,3 +181,36 @@ def test_the_throughput_trees_also_learn_from_the_held_back_records(
     tuned = copy.deepcopy(donor)
     adapt(tuned, settings.finetune, settings.train, fit_set, val, set())
     assert tuned.correction.best == pytest.approx({w: y[i] for w, i in fastest.items()})
+
+
+def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_path, monkeypatch):
+    row = {**RULE[0], "correction": 30, "blend": 1.0, "donor_records": True}
+    settings = params.override({"finetune.rule": [row]})
+    assert settings.finetune.keeps_donor_rows and settings.extracts_stores(settings.donor)
+    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
+    _, own, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
+    with pytest.raises(CaloError, match="re-run `calo pretrain`"):
+        adapt(copy.deepcopy(donor), settings.finetune, settings.train, graphs, graphs, set())
+    rows, throughput = tree_rows(graphs.graphs, graphs.workload)
+    assert rows.dtype == np.float32 and len(rows) == len(graphs) and throughput.max() == 1.0
+    # A donor whose records order these programs the other way, twenty of them to each of
+    # the device's: trees that learn from both order as the donor does.
+    donor.donor_rows = np.repeat(rows, 20, 0), np.repeat(1 - throughput, 20)
+    tuned = copy.deepcopy(donor)
+    adapt(tuned, settings.finetune, settings.train, graphs, graphs, set())
+    y, plain, _, _ = predictive(donor.net, graphs)
+    tau = {name: mean_ranking(y, ranking_scores(plain, graphs, model.correction),
+                              graphs.workload)["kendall_tau"]
+           for name, model in (("own", own), ("with donor", tuned))}
+    assert tau["own"] > 0 > tau["with donor"]
+    loaded = TrainedModel.load(donor.save(tmp_path / "donor"))
+    assert json.loads((tmp_path / "donor" / CONFIG).read_text())["donor_rows"] == 20 * len(rows)
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.donor_rows, donor.donor_rows))
+    (tmp_path / "donor" / DONOR_ROWS).write_bytes(b"not an archive")
+    with pytest.raises(CaloError, match="does not hold this model's donor records"):
+        TrainedModel.load(tmp_path / "donor")
+    donor.donor_rows = None  # a model without them leaves no stale file behind
+    assert TrainedModel.load(donor.save(tmp_path / "donor")).donor_rows is None
+    assert not (tmp_path / "donor" / DONOR_ROWS).exists()
+    with pytest.raises(CaloError, match="donor_records is for the throughput trees"):
+        params.override({"finetune.rule": [{**row, "blend": 0.0}]})
