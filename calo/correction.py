@@ -65,18 +65,17 @@ class Corrector:
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
 
     @classmethod
-    def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
+    def fit(cls, settings: cfg.Correction, rounds: int, x: np.ndarray, target: np.ndarray,
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None
             ) -> Corrector:
         """Boosted trees fitted to `target` (residual log latency, or normalized throughput
-        where `blend` > 0) from each program's store `rows` (or their summaries)."""
+        where `blend` > 0) from each program's summarized store rows `x` (summarize)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         booster = xgboost.XGBRegressor(
             n_estimators=rounds, max_depth=settings.depth, learning_rate=settings.lr,
             min_child_weight=settings.min_child_weight, subsample=settings.subsample,
             colsample_bytree=settings.subsample, random_state=seed, n_jobs=settings.threads)
-        x = rows if isinstance(rows, np.ndarray) else summarize(rows)
         booster.fit(x, np.asarray(target, np.float32))
         return cls(booster, blend, best)
 
@@ -145,16 +144,15 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
     weight, fitted on the `donor`'s records too where given; None for 0 rounds."""
     if rounds <= 0 or not graphs:
         return None
-    rows = store_rows(graphs)
+    x = summarize(store_rows(graphs))
     y = torch.cat([g.y for g in graphs]).double().numpy()
     if not blend:
         residual = y - predict(net, list(graphs)).gamma.numpy()
-        return Corrector.fit(settings, rounds, rows, residual, seed)
+        return Corrector.fit(settings, rounds, x, residual, seed)
     best, throughput = normalized_throughput(y, workloads)
-    x = summarize(rows)
     if donor is not None:
         x = np.concatenate([donor[0], x])
-        throughput = np.concatenate([donor[1].astype(np.float64), throughput])
+        throughput = np.concatenate([donor[1], throughput])
     return Corrector.fit(settings, rounds, x, throughput, seed, blend, best)
 
 
