@@ -188,6 +188,9 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
     settings = params.override({"finetune.rule": [row]})
     assert settings.finetune.keeps_donor_rows and settings.extracts_stores(settings.donor)
     donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
+    # pretrain keeps the donor's rows exactly when the shipped rule's trees learn from them
+    assert (donor.donor_rows is not None) == params.finetune.keeps_donor_rows
+    donor.donor_rows = None  # as pretrained under a rule without them
     _, own, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
     with pytest.raises(CaloError, match="re-run `calo pretrain`"):
         adapt(copy.deepcopy(donor), settings.finetune, settings.train, graphs, graphs, set())
