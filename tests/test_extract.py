@@ -223,6 +223,10 @@ def test_per_store_features_run_extract_pretrain_save_and_search_prediction(
     from calo.artifact import TrainedModel
     from calo.costmodel import CaloCostModel
 
+    # a fine-tune rule whose trees read no donor records, so the donor's graphs go without
+    params = params.override({"finetune.rule": [
+        {"up_to": None, "layers": "head", "epochs": 1, "lr": 1.0e-3}]})
+    assert not params.extracts_stores(DONOR)
     with_stores = params.override({"graph.stores": True, "train.max_epochs": 2})
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "records").symlink_to(paths.records_dir(DONOR).resolve().parent)
