@@ -10,5 +10,8 @@ for _key, _value in {
     "MLFLOW_ENABLE_TELEMETRY": "false",
     # a progress bar per registry download: noise in a command's one-screen output
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    # Prefect's temporary local server gets 20 s to start by default; a first run on a busy
+    # 2-core machine (migrating its fresh database) can take longer, and then the flow fails
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }.items():
     os.environ.setdefault(_key, _value)
