@@ -217,6 +217,7 @@ class Calibrate:
     donor_fit: Literal["pooled", "workload-median"] = "pooled"
     after_finetune: Literal["temperature", "width", "no-wider"] = "temperature"
     warmup_refit: Literal["off", "replace", "blend"] = "replace"
+    warmup_donor_fit: bool = False  # refit the donor's temperature on every warm-up probe first
     objective: Literal["ece", "nll"] = "ece"   # what every temperature fit minimizes
     per_target: bool = False  # a donor of several devices: a temperature per target too
 

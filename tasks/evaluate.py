@@ -389,12 +389,13 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set,
                   targets)
     took = time.perf_counter() - start
+    trained.temperature = start_temperature = donor_on_probes(donor, settings, warm_graphs)
     rule = settings.calibrate.after_finetune
     if rule != "temperature":
         carried = carried_temperature(
-            donor.temperature, predict(donor.net, warm_graphs.graphs).t_scale.numpy(),
+            start_temperature, predict(donor.net, warm_graphs.graphs).t_scale.numpy(),
             predict(trained.net, warm_graphs.graphs).t_scale.numpy())
-        trained.temperature = carried if rule == "width" else min(carried, donor.temperature)
+        trained.temperature = carried if rule == "width" else min(carried, start_temperature)
     # Too few points keep the temperature (calibration.refit_temperature's floor). Not
     # cross-fitted by workload: the model is asked about other candidates of these workloads.
     refit = settings.calibrate.warmup_refit
@@ -410,6 +411,22 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
                      "same_device": tuned["config"]["same_device"],
                      "correction_rounds": tuned["config"]["correction_rounds"],
                      "correction_blend": tuned["config"]["blend"]}
+
+
+def donor_on_probes(donor: TrainedModel, settings: cfg.Settings, warm_graphs: GraphSet
+                    ) -> float:
+    """The temperature a warm-up's fine-tune starts from: the donor's, or with
+    calibrate.warmup_donor_fit its refit on every warm-up probe (taken where it lowers their
+    NLL and ECE; pooled with the donor's as calibrate.warmup_refit pools). The donor's
+    predictions of the probes were made before it saw them, so all of them can check its
+    width, where the fine-tuned model's can only be checked on the share it held back."""
+    refit = settings.calibrate.warmup_refit
+    if not settings.calibrate.warmup_donor_fit or refit == "off":
+        return donor.temperature
+    fitted = checked_temperature(donor.net, warm_graphs, donor.temperature,
+                                 settings.calibrate.levels, donor.correction, cross=False,
+                                 objective=settings.calibrate.objective)
+    return blended_temperature(donor.temperature, fitted) if refit == "blend" else fitted
 
 
 def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],

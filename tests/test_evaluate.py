@@ -155,6 +155,34 @@ def test_a_blended_refit_is_the_geometric_mean_of_the_refit_and_the_width_before
         (temperature["off"] * temperature["replace"]) ** 0.5)
 
 
+def test_the_donors_refit_on_every_probe_starts_the_fine_tune_where_asked(
+        params, pretrained, monkeypatch):
+    """calibrate.warmup_donor_fit: the donor's temperature refitted on all warm-up probes (a
+    donor made far too confident, so the refit is taken whatever this machine measured), alone
+    ("replace") or pooled with the donor's ("blend"); off, or with the refit off, the donor's."""
+    from calo.evaluation import checked_temperature
+    from calo.models import calibration
+    from calo.records import iter_records
+    from calo.tasks.evaluate import donor_on_probes
+
+    monkeypatch.setattr(calibration, "MIN_GROUP_POINTS", 2)
+    donor = TrainedModel.load(paths.model_dir(DONOR))
+    donor.temperature *= 1e-3
+    warm = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None]
+    graphs = graph_set(donor.graph_kind, warm)
+
+    def start(fit: bool, refit: str) -> float:
+        return donor_on_probes(donor, params.override({"calibrate.warmup_donor_fit": fit,
+                                                       "calibrate.warmup_refit": refit}), graphs)
+
+    fitted = checked_temperature(donor.net, graphs, donor.temperature, params.calibrate.levels,
+                                 cross=False, objective=params.calibrate.objective)
+    assert fitted > 10 * donor.temperature
+    assert start(True, "replace") == pytest.approx(fitted)
+    assert start(True, "blend") == pytest.approx((fitted * donor.temperature) ** 0.5)
+    assert start(False, "blend") == start(True, "off") == donor.temperature
+
+
 def test_uncertainty_picks_random_samples_in_bands_of_predicted_latency(params, pretrained):
     from calo.artifact import TrainedModel
     from calo.models.training import predict
