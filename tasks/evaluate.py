@@ -6,8 +6,9 @@ probes are the first `warmup_fraction` of them, or `warmup_records` of them, and
 held out. With `choose="uncertainty"` the probes are picked among the workload's random samples
 where the model's epistemic variance is largest, one per band of predicted latency (spread over
 the design space) instead of in measurement order. With warm-up probes, our model is fine-tuned
-on them (as the finetune stage does); its temperature starts from the donor's, or (setting
-calibrate.after_finetune) from the donor's calibrated width carried over the fine-tune, and is
+on them (as the finetune stage does); its temperature starts from the donor's (with
+calibrate.warmup_donor_fit, pooled with the donor's refit on every probe), or (setting
+calibrate.after_finetune) from that calibrated width carried over the fine-tune, and is
 refitted on a hash-split share of them (taken only if it lowers their NLL and ECE:
 calo.evaluation.checked_temperature, cross=False; calibrate.warmup_refit says whether the refit
 replaces it or is pooled with it).
@@ -375,7 +376,8 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
                warm: list[Record]) -> tuple[TrainedModel, dict]:
     """A copy of the model fine-tuned on the graphs of the warm-up records `warm` as the
     finetune stage does (the rule's row for their size and device), its temperature the
-    donor's (or the donor's width carried over, calibrate.after_finetune), replaced by or
+    donor's (or its refit on every probe, calibrate.warmup_donor_fit: donor_on_probes; or
+    that width carried over the fine-tune, calibrate.after_finetune), replaced by or
     pooled with (calibrate.warmup_refit) a refit on a hash-split share of them where that
     lowers their NLL and ECE; and how the fine-tune went."""
     donor, trained = trained, copy.deepcopy(trained)

@@ -147,7 +147,8 @@ def test_a_blended_refit_is_the_geometric_mean_of_the_refit_and_the_width_before
     donor.temperature *= 1e-3
     warm = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None]
     graphs = graph_set(donor.graph_kind, warm, stores=params.finetune.corrects)
-    temperature = {rule: fine_tuned(donor, params.override({"calibrate.warmup_refit": rule}),
+    temperature = {rule: fine_tuned(donor, params.override({"calibrate.warmup_refit": rule,
+                                                            "calibrate.warmup_donor_fit": False}),
                                     graphs, warm)[0].temperature
                    for rule in ("off", "replace", "blend")}
     assert temperature["replace"] != pytest.approx(temperature["off"])  # the refit was taken
