@@ -46,7 +46,12 @@ from calo.errors import CaloError, reason
 from calo.evaluation import calibration, checked_temperature, predictive, ranking, ranking_scores
 from calo.graphs import graph_set
 from calo.log import Progress, get_logger
-from calo.models.calibration import blended_temperature, carried_temperature
+from calo.models.calibration import (
+    blended_temperature,
+    carried_temperature,
+    confidence_levels,
+    refit_temperature,
+)
 from calo.models.training import predict
 from calo.records import (
     APPEND_ONLY,
@@ -391,12 +396,12 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set,
                   targets)
     took = time.perf_counter() - start
-    trained.temperature = start_temperature = donor_on_probes(donor, settings, warm_graphs)
+    probes = predictive(donor.net, warm_graphs, correction=donor.correction)
+    trained.temperature = start_temperature = donor_on_probes(donor, settings, probes)
     rule = settings.calibrate.after_finetune
     if rule != "temperature":
         carried = carried_temperature(
-            start_temperature, predict(donor.net, warm_graphs.graphs).t_scale.numpy(),
-            predict(trained.net, warm_graphs.graphs).t_scale.numpy())
+            start_temperature, probes[2], predict(trained.net, warm_graphs.graphs).t_scale.numpy())
         trained.temperature = carried if rule == "width" else min(carried, start_temperature)
     # Too few points keep the temperature (calibration.refit_temperature's floor). Not
     # cross-fitted by workload: the model is asked about other candidates of these workloads.
@@ -415,19 +420,19 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
                      "correction_blend": tuned["config"]["blend"]}
 
 
-def donor_on_probes(donor: TrainedModel, settings: cfg.Settings, warm_graphs: GraphSet
-                    ) -> float:
+def donor_on_probes(donor: TrainedModel, settings: cfg.Settings, probes: tuple) -> float:
     """The temperature a warm-up's fine-tune starts from: the donor's, or with
     calibrate.warmup_donor_fit its refit on every warm-up probe (taken where it lowers their
     NLL and ECE; pooled with the donor's as calibrate.warmup_refit pools). The donor's
     predictions of the probes were made before it saw them, so all of them can check its
-    width, where the fine-tuned model's can only be checked on the share it held back."""
+    width, where the fine-tuned model's can only be checked on the share it held back.
+    `probes`: the donor's prediction of them at temperature 1 (calo.evaluation.predictive)."""
     refit = settings.calibrate.warmup_refit
     if not settings.calibrate.warmup_donor_fit or refit == "off":
         return donor.temperature
-    fitted = checked_temperature(donor.net, warm_graphs, donor.temperature,
-                                 settings.calibrate.levels, donor.correction, cross=False,
-                                 objective=settings.calibrate.objective)
+    fitted = refit_temperature(probes, donor.temperature,
+                               confidence_levels(settings.calibrate.levels),
+                               objective=settings.calibrate.objective)
     return blended_temperature(donor.temperature, fitted) if refit == "blend" else fitted
 
 

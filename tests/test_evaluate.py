@@ -161,7 +161,7 @@ def test_the_donors_refit_on_every_probe_starts_the_fine_tune_where_asked(
     """calibrate.warmup_donor_fit: the donor's temperature refitted on all warm-up probes (a
     donor made far too confident, so the refit is taken whatever this machine measured), alone
     ("replace") or pooled with the donor's ("blend"); off, or with the refit off, the donor's."""
-    from calo.evaluation import checked_temperature
+    from calo.evaluation import checked_temperature, predictive
     from calo.models import calibration
     from calo.records import iter_records
     from calo.tasks.evaluate import donor_on_probes
@@ -174,7 +174,8 @@ def test_the_donors_refit_on_every_probe_starts_the_fine_tune_where_asked(
 
     def start(fit: bool, refit: str) -> float:
         return donor_on_probes(donor, params.override({"calibrate.warmup_donor_fit": fit,
-                                                       "calibrate.warmup_refit": refit}), graphs)
+                                                       "calibrate.warmup_refit": refit}),
+                               predictive(donor.net, graphs))
 
     fitted = checked_temperature(donor.net, graphs, donor.temperature, params.calibrate.levels,
                                  cross=False, objective=params.calibrate.objective)
