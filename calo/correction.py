@@ -22,7 +22,6 @@ are `finetune.correction` in params.yaml.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,9 +58,9 @@ MIN_THROUGHPUT = 1e-3
 
 
 class Corrector:
-    def __init__(self, boosters: Sequence[xgboost.XGBRegressor], blend: float = 0.0,
+    def __init__(self, booster: xgboost.XGBRegressor, blend: float = 0.0,
                  best: dict[str, float] | None = None):
-        self.boosters = list(boosters)  # their predictions averaged
+        self.booster = booster
         self.blend = blend              # 0: residual trees; else the throughput trees' weight
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
 
@@ -70,19 +69,15 @@ class Corrector:
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None
             ) -> Corrector:
         """Boosted trees fitted to `target` (residual log latency, or normalized throughput
-        where `blend` > 0) from each program's summarized store rows `x` (summarize), one
-        model per seed from `seed` on (settings.seeds)."""
+        where `blend` > 0) from each program's summarized store rows `x` (summarize)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
-        boosters = []
-        for s in range(seed, seed + settings.seeds):
-            booster = xgboost.XGBRegressor(
-                n_estimators=rounds, max_depth=settings.depth, learning_rate=settings.lr,
-                min_child_weight=settings.min_child_weight, subsample=settings.subsample,
-                colsample_bytree=settings.subsample, random_state=s, n_jobs=settings.threads)
-            booster.fit(x, np.asarray(target, np.float32))
-            boosters.append(booster)
-        return cls(boosters, blend, best)
+        booster = xgboost.XGBRegressor(
+            n_estimators=rounds, max_depth=settings.depth, learning_rate=settings.lr,
+            min_child_weight=settings.min_child_weight, subsample=settings.subsample,
+            colsample_bytree=settings.subsample, random_state=seed, n_jobs=settings.threads)
+        booster.fit(x, np.asarray(target, np.float32))
+        return cls(booster, blend, best)
 
     def adjust(self, mu: np.ndarray, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
         """For programs whose network means are `mu`: the corrected means (residual trees),
@@ -90,8 +85,7 @@ class Corrector:
         mu = np.asarray(mu, np.float64)
         if not len(rows):
             return mu
-        x = summarize(rows)
-        out = np.mean([b.predict(x).astype(np.float64) for b in self.boosters], axis=0)
+        out = self.booster.predict(summarize(rows)).astype(np.float64)
         if not self.blend:
             return mu + out
         best = np.array([self.best.get(w, np.nan) for w in workloads])
@@ -110,12 +104,7 @@ class Corrector:
         return {"blend": self.blend, "best": self.best}
 
     def save(self, path: Path) -> None:
-        """One JSON file: XGBoost's own model, or a list of them where several are averaged."""
-        if len(self.boosters) == 1:
-            self.boosters[0].save_model(path)
-            return
-        models = [json.loads(b.get_booster().save_raw("json")) for b in self.boosters]
-        path.write_text(json.dumps({"boosters": models}))
+        self.booster.save_model(path)
 
     @classmethod
     def load(cls, path: Path, described: dict | bool = True) -> Corrector:
@@ -123,15 +112,11 @@ class Corrector:
         models saved before the throughput blend)."""
         import xgboost
 
-        saved = json.loads(path.read_text())
-        boosters = []
-        for model in saved["boosters"] if "boosters" in saved else [saved]:
-            booster = xgboost.XGBRegressor()
-            booster.load_model(bytearray(json.dumps(model).encode()))
-            boosters.append(booster)
+        booster = xgboost.XGBRegressor()
+        booster.load_model(path)
         if described is True:
-            return cls(boosters)
-        return cls(boosters, float(described["blend"]),
+            return cls(booster)
+        return cls(booster, float(described["blend"]),
                    {str(k): float(v) for k, v in described["best"].items()})
 
 

@@ -1,5 +1,4 @@
 import copy
-import dataclasses
 import json
 
 import numpy as np
@@ -8,12 +7,11 @@ import torch
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, DONOR_ROWS, TrainedModel
-from calo.correction import MIN_THROUGHPUT, Corrector, summarize, tree_rows
+from calo.correction import tree_rows
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import mean_ranking, predictive, ranking_scores
-from calo.store_features import NUM_FEATURES
 from calo.tasks.extract import extract
 from calo.tasks.finetune import adapt
 from tests.conftest import DONOR, TARGET, search_batch
@@ -167,30 +165,6 @@ def test_a_blend_outside_0_1_or_without_rounds_is_refused(params):
     for row in ({**RULE[0], "blend": 1.5}, {**RULE[0], "correction": 0, "blend": 0.5}):
         with pytest.raises(CaloError, match="blend is the throughput trees' weight"):
             params.override({"finetune.rule": [row]})
-
-
-def test_trees_of_several_seeds_are_averaged_and_saved_in_one_file(params, tmp_path):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(200, 2 * NUM_FEATURES)).astype(np.float32)
-    throughput = np.exp(-np.abs(x[:, 0] + 0.5 * x[:, 1]))
-    rows = [r.reshape(2, NUM_FEATURES) for r in x]  # each program two stores
-    x = summarize(rows)
-    settings = params.override({"finetune.correction.seeds": 3}).finetune.correction
-    mu, names = np.zeros(len(rows)), ["w"] * len(rows)
-    averaged = Corrector.fit(settings, 20, x, throughput, seed=4, blend=1.0, best={"w": 0.0})
-    singles = [Corrector.fit(dataclasses.replace(settings, seeds=1), 20, x, throughput, seed=s,
-                             blend=1.0, best={"w": 0.0}) for s in (4, 5, 6)]
-    one = [-np.log(np.maximum(c.boosters[0].predict(x), MIN_THROUGHPUT)) for c in singles]
-    assert not np.allclose(one[0], one[1])  # the seeds draw different subsamples
-    mean = np.mean([c.boosters[0].predict(x) for c in singles], axis=0)
-    assert np.allclose(averaged.adjust(mu, rows, names),
-                       -np.log(np.maximum(mean, MIN_THROUGHPUT)), atol=1e-6)
-    averaged.save(tmp_path / "trees.json")
-    loaded = Corrector.load(tmp_path / "trees.json", averaged.describe())
-    assert len(loaded.boosters) == 3
-    assert np.array_equal(loaded.adjust(mu, rows, names), averaged.adjust(mu, rows, names))
-    with pytest.raises(CaloError, match="seeds >= 1"):
-        params.override({"finetune.correction.seeds": 0})
 
 
 def test_the_throughput_trees_also_learn_from_the_held_back_records(
