@@ -95,7 +95,7 @@ def main() -> None:
     by_workload: dict[str, int] = {}
     for index in diff:
         by_workload[str(names[index])] = by_workload.get(str(names[index]), 0) + 1
-    report = {"pool": str(args.pool), "kind": args.kind, "runs": args.runs,
+    report = {"pool": args.pool.name, "kind": args.kind, "runs": args.runs,
               "programs": len(names), "differing": len(diff),
               "differing_parts": {str(i): parts for i, parts in sorted(diff.items())},
               "differing_by_workload": by_workload}
