@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from calo.devices import preload_tensor_intrinsics
@@ -83,22 +84,20 @@ def main() -> None:
         if args.dump:  # one run, in the process the parent started
             dump(store, args.kind, args.dump)
             return
-        runs = []
-        for i in range(args.runs):
-            start, runs = time.perf_counter(), [*runs, Path(tmp) / f"run{i}.npz"]
+        runs = [Path(tmp) / f"run{i}.npz" for i in range(args.runs)]
+        for i, run in enumerate(runs):
+            start = time.perf_counter()
             subprocess.run([sys.executable, __file__, "--pool", str(store), "--kind", args.kind,
-                            "--dump", str(runs[-1])], check=True)
+                            "--dump", str(run)], check=True)
             log.info(f"feature stability: run {i + 1}/{args.runs} extracted in "
                      f"{time.perf_counter() - start:.0f} s")
         names = np.load(runs[0])["names"]
         diff = differing(runs)
-    by_workload: dict[str, int] = {}
-    for index in diff:
-        by_workload[str(names[index])] = by_workload.get(str(names[index]), 0) + 1
+    by_workload = Counter(str(names[index]) for index in diff)
     report = {"pool": args.pool.name, "kind": args.kind, "runs": args.runs,
               "programs": len(names), "differing": len(diff),
               "differing_parts": {str(i): parts for i, parts in sorted(diff.items())},
-              "differing_by_workload": by_workload}
+              "differing_by_workload": dict(by_workload)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"{len(diff)} of {len(names)} programs' inputs differ between {args.runs} processes")

@@ -400,8 +400,9 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     trained.temperature = start_temperature = donor_on_probes(donor, settings, probes)
     rule = settings.calibrate.after_finetune
     if rule != "temperature":
-        carried = carried_temperature(
-            start_temperature, probes[2], predict(trained.net, warm_graphs.graphs).t_scale.numpy())
+        _, _, donor_scale, _ = probes
+        tuned_scale = predict(trained.net, warm_graphs.graphs).t_scale.numpy()
+        carried = carried_temperature(start_temperature, donor_scale, tuned_scale)
         trained.temperature = carried if rule == "width" else min(carried, start_temperature)
     # Too few points keep the temperature (calibration.refit_temperature's floor). Not
     # cross-fitted by workload: the model is asked about other candidates of these workloads.
