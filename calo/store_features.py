@@ -22,6 +22,32 @@ _CONTEXTS: dict[tuple[int, str], ms.TuneContext] = {}
 MAX_CONTEXTS = 256
 
 
+# Where a row keeps its accessed buffers (PerStoreFeature's second group): BUFFERS slots of
+# SLOT features from column FIRST_SLOT; within a slot, BYTES and LINES are the two sizes TVM
+# sorts the buffers by (then by name).
+FIRST_SLOT, SLOT, BUFFERS = 57, 18, 5
+BYTES, LINES = 3, 5
+
+
+def canonical(rows: np.ndarray) -> np.ndarray:
+    """`rows` with the buffer slots that tie on bytes and lines in one fixed order (by their
+    features, largest first). TVM orders such buffers by name, and buffers of equal names by
+    where they lie in memory, so the same program's row could differ from one process to the
+    next (benchmarks/feature_stability.py); the trees fitted on these rows then differ too."""
+    slots = rows[:, FIRST_SLOT:FIRST_SLOT + SLOT * BUFFERS].reshape(len(rows), BUFFERS, SLOT)
+    for row in slots:
+        start = 0
+        for end in range(1, BUFFERS + 1):
+            if end < BUFFERS and np.array_equal(row[end, [BYTES, LINES]],
+                                                row[start, [BYTES, LINES]]):
+                continue
+            if end - start > 1:  # lexsort's last key is its first: slot features reversed
+                order = np.lexsort(row[start:end, ::-1].T)[::-1]
+                row[start:end] = row[start:end][order]
+            start = end
+    return rows
+
+
 def _context(mod, target) -> ms.TuneContext:
     key = (tvm_ffi.structural_hash(mod), str(target))
     if key not in _CONTEXTS:
@@ -41,4 +67,4 @@ def of_candidates(mod, target, candidates: list) -> list[np.ndarray]:
         if r.ndim != 2 or r.shape[1] != NUM_FEATURES:
             raise ValueError(f"PerStoreFeature gave rows of shape {r.shape}, expected "
                              f"[stores, {NUM_FEATURES}]")
-    return rows
+    return [canonical(r) for r in rows]
