@@ -148,9 +148,6 @@ class FinetuneStep:
     # 0: the correction's trees fit the network's residuals; w in (0, 1]: they fit normalized
     # throughput and candidates are ordered by a blend, w on theirs (calo.correction)
     blend: float = 0.0
-    # weights (0: the network alone) the blend is chosen among, by how each orders the warm-up
-    # records the fine-tune held back (calo.correction.choose_blend); empty: `blend` always
-    blend_choices: tuple[float, ...] = ()
     anchor: float = 0.0  # decay toward the donor's weights (L2-SP, models.training.Anchor); 0: none
     # The regression loss's weight on the fast end (models.training.fit); null: train.fast_weight
     fast_weight: float | None = None
@@ -388,11 +385,6 @@ def _check_references(s: Settings, where: str) -> None:
                for step in rule):
             raise CaloError(f"{where}: finetune.{name}: blend is the throughput trees' weight "
                             "in the ordering, in [0, 1], and needs correction rounds > 0")
-        if any(step.blend_choices and (not step.blend or not all(
-                0 <= w <= 1 for w in step.blend_choices)) for step in rule):
-            raise CaloError(f"{where}: finetune.{name}: blend_choices are weights in [0, 1] "
-                            "the throughput trees' blend is chosen among; the row's blend > 0 is "
-                            "the one kept where too few records are held back to choose")
         if any(step.donor_records and not step.blend for step in rule):
             raise CaloError(f"{where}: finetune.{name}: donor_records is for the throughput "
                             "trees (blend > 0)")

@@ -23,7 +23,6 @@ are `finetune.correction` in params.yaml.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,51 +154,6 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
         x = np.concatenate([donor[0], x])
         throughput = np.concatenate([donor[1], throughput])
     return Corrector.fit(settings, rounds, x, throughput, seed, blend, best)
-
-
-# A workload's held-back records take part in choosing the blend from this many: fewer say
-# little about the order of its fast end.
-MIN_HELD_BACK = 4
-
-
-def choose_blend(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
-                 fit: tuple[Sequence[Data], Sequence[str]],
-                 held: tuple[Sequence[Data], Sequence[str]], choices: Sequence[float],
-                 default: float, seed: int = 0, donor: TreeRows | None = None) -> float:
-    """The weight among `choices` at which the network's mean and the throughput trees, fitted
-    on the `fit` graphs and their workloads alone, best order the `held` graphs the network's
-    fine-tune held back (pair_agreement); `default` where no workload has MIN_HELD_BACK of
-    them, and on a tie the choice nearest it. Which one ranks better differs by device and
-    by how far the new workloads are from the donor's, so it is measured, not fixed."""
-    graphs, workloads = held
-    counts = Counter(workloads)
-    keep = [i for i, w in enumerate(workloads) if counts[w] >= MIN_HELD_BACK]
-    if not keep:
-        return default
-    graphs, workloads = [graphs[i] for i in keep], [workloads[i] for i in keep]
-    trees = fit_correction(net, settings, rounds, *fit, seed, 1.0, donor)
-    mu = predict(net, graphs).gamma.double().numpy()
-    own = trees.adjust(mu, store_rows(graphs), workloads)
-    y = torch.cat([g.y for g in graphs]).double().numpy()
-    agreement = {w: pair_agreement(y, (1 - w) * mu + w * own, workloads) for w in choices}
-    return max(agreement, key=lambda w: (agreement[w], -abs(w - default)))
-
-
-def pair_agreement(y: np.ndarray, score: np.ndarray, workloads: Sequence[str]) -> float:
-    """How well `score` (lower: predicted faster) orders measured log latencies `y` within each
-    workload: the share of its pairs ordered right, each pair weighted by the difference of
-    their normalized throughputs (so the fast end's pairs count most, as in the ranking loss),
-    averaged over the workloads."""
-    shares = []
-    for name in sorted(set(workloads)):
-        idx = [i for i, w in enumerate(workloads) if w == name]
-        thr = np.exp(y[idx].min() - y[idx])
-        weight = np.abs(thr[:, None] - thr[None, :])
-        right = np.sign(y[idx][:, None] - y[idx][None, :]) == np.sign(
-            score[idx][:, None] - score[idx][None, :])
-        if weight.sum() > 0:
-            shares.append(float((weight * right).sum() / weight.sum()))
-    return float(np.mean(shares)) if shares else float("nan")
 
 
 def normalized_throughput(y: np.ndarray, workloads: Sequence[str]

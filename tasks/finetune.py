@@ -11,7 +11,7 @@ import mlflow
 from calo import compute, locks, paths, registry
 from calo import config as cfg
 from calo.artifact import TrainedModel
-from calo.correction import choose_blend, fit_correction
+from calo.correction import fit_correction
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import evaluate
@@ -51,22 +51,14 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     # The throughput trees leave the mean and variance to the head, so the records held back
     # to check those can train them too.
     tree_graphs, tree_workloads = graphs.graphs, graphs.workload
-    blend = step.blend
     if step.blend and val is not graphs:
-        if step.blend_choices:
-            blend = choose_blend(trained.net, finetune.correction, step.correction,
-                                 (graphs.graphs, graphs.workload), (val.graphs, val.workload),
-                                 step.blend_choices, step.blend, train.seed,
-                                 trained.rows_for(step))
         tree_graphs, tree_workloads = [*tree_graphs, *val.graphs], [*tree_workloads, *val.workload]
-    trained.correction = fit_correction(trained.net, finetune.correction,
-                                        step.correction if blend else 0, tree_graphs,
-                                        tree_workloads, train.seed, blend,
+    trained.correction = fit_correction(trained.net, finetune.correction, step.correction,
+                                        tree_graphs, tree_workloads, train.seed, step.blend,
                                         trained.rows_for(step))
     trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
-                                 "correction_rounds": step.correction if blend else 0,
-                                 "blend": blend,
+                                 "correction_rounds": step.correction, "blend": step.blend,
                                  "same_device": same_device,
                                  "warmup_per_workload": graphs.per_workload()}}
 

@@ -1,6 +1,5 @@
 import copy
 import json
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -8,7 +7,7 @@ import torch
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, DONOR_ROWS, TrainedModel
-from calo.correction import MIN_HELD_BACK, choose_blend, pair_agreement, tree_rows
+from calo.correction import tree_rows
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
@@ -166,43 +165,6 @@ def test_a_blend_outside_0_1_or_without_rounds_is_refused(params):
     for row in ({**RULE[0], "blend": 1.5}, {**RULE[0], "correction": 0, "blend": 0.5}):
         with pytest.raises(CaloError, match="blend is the throughput trees' weight"):
             params.override({"finetune.rule": [row]})
-
-
-def test_pair_agreement_weighs_the_fast_end():
-    y = np.log([1.0, 2.0, 4.0, 8.0, 1.5, 3.0])
-    workloads = ["a"] * 4 + ["b"] * 2
-    assert pair_agreement(y, y, workloads) == 1.0
-    assert pair_agreement(y, -y, workloads) == 0.0
-    fast_swapped, slow_swapped = y.copy(), y.copy()
-    fast_swapped[[0, 1]], slow_swapped[[2, 3]] = y[[1, 0]], y[[3, 2]]
-    assert pair_agreement(y, fast_swapped, workloads) < pair_agreement(y, slow_swapped, workloads)
-
-
-def test_the_blend_is_chosen_on_the_held_back_records(params, pretrained, tmp_path, monkeypatch):
-    row = {**RULE[0], "correction": 100, "blend": 0.25, "blend_choices": [0.0, 1.0]}
-    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
-    net = donor.net
-    settings, _, graphs = adapted_with(params, tmp_path, monkeypatch, [row])
-    both = (graphs.graphs, graphs.workload)
-    y, mu, _, _ = predictive(net, graphs)
-    assert pair_agreement(y, mu, graphs.workload) < 1
-    # Trees judged on the records they were fitted on order them all but perfectly: they win.
-    choose = dict(settings=settings.finetune.correction, rounds=100, choices=(0.0, 1.0),
-                  default=0.25)
-    assert choose_blend(net, fit=both, held=both, **choose) == 1.0
-    # Too few held back of every workload to judge the fast end: the row's blend stays.
-    few = graphs.select([i % 7 == 0 for i in range(len(graphs))])
-    assert max(Counter(few.workload).values()) < MIN_HELD_BACK
-    assert choose_blend(net, fit=both, held=(few.graphs, few.workload), **choose) == 0.25
-    # Where the network alone is chosen, the fine-tune keeps no trees.
-    alone = settings.override({"finetune.rule": [{**row, "blend_choices": [0.0]}]})
-    tuned = copy.deepcopy(donor)
-    held = graphs.select([i % 2 == 0 for i in range(len(graphs))])
-    fit_set = graphs.select([i % 2 == 1 for i in range(len(graphs))])
-    report = adapt(tuned, alone.finetune, alone.train, fit_set, held, set())
-    assert tuned.correction is None and report["config"]["blend"] == 0.0
-    with pytest.raises(CaloError, match="blend_choices are weights in"):
-        params.override({"finetune.rule": [{**row, "blend_choices": [1.5]}]})
 
 
 def test_the_throughput_trees_also_learn_from_the_held_back_records(
