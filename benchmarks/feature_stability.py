@@ -3,9 +3,10 @@
 Each run extracts every successful record of the pool in a process of its own (the graph the
 network reads and TVM's per-store rows the device's trees read) and the runs are compared
 program by program. TVM's PerStoreFeature orders a store's buffers by cache lines, bytes and
-name; where two tie on all three their order follows memory, so a few programs' rows can
-differ between processes, and so can every figure the trees feed (docs/ranking.md, "Where a
-run's figures come from"). Run from the repository root:
+name; where two tie on all three their order follows memory, so a few programs' rows
+differed between processes, and so did every figure the trees feed, until the extractor put
+tied buffers in an order of its own (calo.store_features.canonical; docs/ranking.md, "Where a
+run's figures come from"). This checks that it holds on any pool. Run from the repository root:
 
     python benchmarks/feature_stability.py [--pool benchmarks/data/heldout-cpu-host.tar.gz] \
         [--runs 3] [--kind device-schedule]
