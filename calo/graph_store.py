@@ -30,9 +30,9 @@ from calo.errors import CaloError
 
 MANIFEST = "manifest.json"
 # Raised whenever what a graph holds changes (3: schedule graphs gained loop footprints, 4:
-# their loops read against the device), so a store of older graphs is rebuilt, not read with
-# columns a model does not expect.
-FORMAT = 4
+# their loops read against the device, 5: store rows' tied buffers in one order), so a store
+# of older graphs is rebuilt, not read with columns a model does not expect.
+FORMAT = 5
 Array = torch.Tensor | np.ndarray
 SHARD_CACHE = 2  # shards a reader keeps loaded: the one it reads and the one before
 
