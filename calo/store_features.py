@@ -27,6 +27,7 @@ MAX_CONTEXTS = 256
 # sorts the buffers by (then by name).
 FIRST_SLOT, SLOT, BUFFERS = 57, 18, 5
 BYTES, LINES = 3, 5
+BUFFER_COLUMNS = slice(FIRST_SLOT, FIRST_SLOT + SLOT * BUFFERS)
 
 
 def canonical(rows: np.ndarray) -> np.ndarray:
@@ -34,7 +35,7 @@ def canonical(rows: np.ndarray) -> np.ndarray:
     features, largest first). TVM orders such buffers by name, and buffers of equal names by
     where they lie in memory, so the same program's row could differ from one process to the
     next (benchmarks/feature_stability.py); the trees fitted on these rows then differ too."""
-    slots = rows[:, FIRST_SLOT:FIRST_SLOT + SLOT * BUFFERS].reshape(len(rows), BUFFERS, SLOT)
+    slots = rows[:, BUFFER_COLUMNS].reshape(len(rows), BUFFERS, SLOT).copy()
     for row in slots:
         start = 0
         for end in range(1, BUFFERS + 1):
@@ -45,7 +46,9 @@ def canonical(rows: np.ndarray) -> np.ndarray:
                 order = np.lexsort(row[start:end, ::-1].T)[::-1]
                 row[start:end] = row[start:end][order]
             start = end
-    return rows
+    out = rows.copy()
+    out[:, BUFFER_COLUMNS] = slots.reshape(len(rows), -1)
+    return out
 
 
 def _context(mod, target) -> ms.TuneContext:
