@@ -23,8 +23,10 @@ $(VENV)/.installed: pyproject.toml
 run: setup
 	$(BIN)/calo run
 
+# Two workers, one per core of CI (one pytest process leaves the second mostly idle), each
+# taking whole test files: each worker builds the session's tiny pipeline for its own files.
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 lint: setup
 	$(BIN)/ruff check .

@@ -41,6 +41,7 @@ def _pretrain(project, *args) -> float:
     return value
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_pretrain_like_one_and_register_once(params, pretrained, tmp_path):
     shutil.copy(params.path, tmp_path / "params.yaml")
     shutil.copytree(paths.graphs_path(DONOR), tmp_path / paths.graphs_path(DONOR))

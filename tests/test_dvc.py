@@ -107,6 +107,7 @@ def _stale(project: Path) -> set[str]:
     return set(json.loads(run(project, *DVC, "status", "--json", "dvc.yaml")))
 
 
+@pytest.mark.slow
 def test_editing_code_makes_exactly_its_importers_stale(tmp_path):
     project = _locked_project(tmp_path / "project")
     assert _stale(project) == set()

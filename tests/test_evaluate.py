@@ -51,6 +51,7 @@ def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
     assert "xgb_donor" in table and "overall" in table
 
 
+@pytest.mark.slow
 def test_the_fine_tune_sweep_scores_a_variant_as_calo_evaluate_does(params, pretrained, tmp_path):
     """benchmarks/finetune_sweep.py reuses one extraction for many fine-tunes: a variant with no
     overrides must score what `calo evaluate --choose random` scores (the sweep's warm-up is

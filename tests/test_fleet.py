@@ -104,6 +104,7 @@ def _run_deployment(name: str, env: dict, cwd: Path, parameters: dict | None = N
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
         params, pretrained, prefect_api, tmp_path):
     # A project of its own whose donor is already trained: its records, graphs and model, as
@@ -115,7 +116,7 @@ def test_added_device_runs_through_a_prefect_server_and_worker_and_is_promoted(
     env = {**prefect_api, "CALO_PARAMS": str(project / "params.yaml")}
     device = "new-cpu"
     added = _calo(["device", "add", device, "--target", '{"kind": "llvm", "num-cores": 1}',
-                   "--threads", "1", "--count", "8", "--cron", "0 3 * * *", "--pool", POOL],
+                   "--threads", "1", "--count", "4", "--cron", "0 3 * * *", "--pool", POOL],
                   env, project)
     assert added.returncode == 0, added.stderr[-2000:]
     result = json.loads(added.stdout)

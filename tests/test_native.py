@@ -117,6 +117,7 @@ def test_the_python_walker_runs_where_the_native_one_does_not_build(monkeypatch,
 
 
 @needs_native
+@pytest.mark.slow
 def test_a_compiler_without_openmp_builds_the_walker_with_threads_of_its_own(monkeypatch,
                                                                            tmp_path):
     monkeypatch.setenv("CALO_CACHE", str(tmp_path))

@@ -33,6 +33,7 @@ def _rpc_device(port: int, key: str = "calo-loop") -> dict:
             "candidates_per_workload": 4}
 
 
+@pytest.mark.slow
 def test_harvest_measures_through_the_tracker(params, tracker):
     from calo.tasks.harvest import harvest
 

@@ -54,6 +54,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # nothing listens once the socket is closed
 
 
+@pytest.mark.slow
 def test_a_torn_last_line_is_set_aside_and_the_harvest_goes_on(params, workdir, tmp_path, capsys):
     device = "fault-torn"
     pfile = _params_with(params, tmp_path, device)
@@ -90,6 +91,7 @@ def test_a_torn_last_line_is_set_aside_and_the_harvest_goes_on(params, workdir, 
     assert all(s is not None and s >= 0 for s in spreads)
 
 
+@pytest.mark.slow
 def test_two_harvests_of_one_device_measure_the_asked_count_once(params, workdir, tmp_path):
     device = "fault-two"
     pfile = _params_with(params, tmp_path, device)

@@ -27,6 +27,7 @@ def test_calo_workloads_lists_38_operators_and_the_paper_seven(params, capsys):
     assert capsys.readouterr().out.count("@paper") == 7
 
 
+@pytest.mark.slow
 def test_every_suite_operator_builds_and_measures_at_its_small_shape(params):
     from calo.tasks.harvest import harvest
 

@@ -19,6 +19,7 @@ from tests.conftest import TARGET
 TINY = "tests.tiny_net:tiny"
 
 
+@pytest.mark.slow
 def test_tune_network_through_the_cli_tunes_compiles_and_checks_all_three(promoted, capsys):
     assert main(["tune-network", "--device", TARGET, "--network", TINY, "--trials", "8",
                  "--batch", "2"]) == 0
