@@ -56,8 +56,10 @@ def tiny_params() -> dict:
             "mm-relu-32x64": {"op": "matmul_relu", "args": {"n": 32, "m": 64, "k": 64}},
         },
     })
+    # One build worker: a second one costs each harvest and search its own TVM start-up
+    # while the two pytest workers already keep both cores busy.
     params["harvest"].update({"workloads": ["mm-64", "mm-relu-32x64"], "batch_size": 8,
-                              "min_repeat_ms": 2,
+                              "min_repeat_ms": 2, "build_workers": 1,
                               "evolution": {"population_size": 32, "genetic_num_iters": 1}})
     params["train"].update({"max_epochs": 8})
     for row in params["finetune"]["rule"] + params["finetune"]["same_device_rule"]:
