@@ -51,16 +51,16 @@ def test_second_harvest_measures_nothing_and_a_larger_count_tops_up(params, harv
     from calo.tasks.harvest import harvest
 
     # A copy of the target's store under a device of its own: the session's stay as harvested.
-    topped = "cpu-again"
-    settings = with_devices(params, **{topped: params.raw["devices"][TARGET]})
-    store = paths.records_dir(topped)
+    device = "cpu-again"
+    settings = with_devices(params, **{device: params.raw["devices"][TARGET]})
+    store = paths.records_dir(device)
     shutil.copytree(paths.records_dir(TARGET), store)
     before = (store / RECORD_FILE).read_text()
-    again = harvest(settings, topped)
+    again = harvest(settings, device)
     assert again["measured"] == 0 and again["existing"] == 28
     assert (store / RECORD_FILE).read_text() == before
 
-    more = harvest(settings, topped, ["mm-64"], 16)
+    more = harvest(settings, device, ["mm-64"], 16)
     assert more["measured"] == 2
     after = (store / RECORD_FILE).read_text()
     assert after.startswith(before)  # appended, nothing rewritten
