@@ -140,9 +140,9 @@ def test_ctrl_c_stops_a_harvest_after_its_batch_and_stores_no_false_failures(par
     from calo.tasks.harvest import harvest
     from tests.conftest import KILLED
 
-    device, want = "cpu-interrupted", 12
+    device, want = "cpu-interrupted", params.device(KILLED).candidates_per_workload
     raw = yaml.safe_load(params.path.read_text())
-    raw["devices"][device] = {**raw["devices"][KILLED], "candidates_per_workload": want}
+    raw["devices"][device] = raw["devices"][KILLED]
     own = tmp_path / "params.yaml"
     own.write_text(yaml.safe_dump(raw, sort_keys=False))
     store = paths.records_dir(device)
