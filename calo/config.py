@@ -166,6 +166,8 @@ class Correction:
     min_child_weight: float = 2.0
     subsample: float = 0.8     # of the records per tree, and of the features
     threads: int = 2
+    # The throughput trees' ensemble, their predictions averaged (calo.correction.MEMBERS)
+    members: tuple[Literal["summary", "packed", "tvm"], ...] = ("summary",)
 
 
 @dataclass(frozen=True)
@@ -402,9 +404,10 @@ def _check_references(s: Settings, where: str) -> None:
         raise CaloError(f"{where}: tune.correct_top must be >= 0 (0: every candidate), got "
                         f"{s.tune.correct_top}")
     c = s.finetune.correction
-    if c.depth < 1 or c.lr <= 0 or not 0 < c.subsample <= 1 or c.threads < 1:
+    if (c.depth < 1 or c.lr <= 0 or not 0 < c.subsample <= 1 or c.threads < 1
+            or not c.members):
         raise CaloError(f"{where}: finetune.correction needs depth >= 1, lr > 0, subsample in "
-                        f"(0, 1] and threads >= 1, got {c}")
+                        f"(0, 1], threads >= 1 and one or more members, got {c}")
     if s.extract.workers < 1 or s.extract.shard_size < 1 or s.train.graphs_in_memory < 1:
         raise CaloError(f"{where}: extract.workers, extract.shard_size and "
                         "train.graphs_in_memory must be >= 1")

@@ -15,13 +15,15 @@ program summarized by the sum and the maximum of its store rows, in one of two w
   have measurements of (named as the fit's were: workload names, or a search's task names).
   The mean stays the network's (calo.evaluation.ranking_scores).
 
+The throughput trees can be an ensemble of kinds (`MEMBERS`), their predictions averaged.
 Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
 rounds, and which blend, a warm-up of a given size gets (0 rounds: none); the trees' settings
-are `finetune.correction` in params.yaml.
+and kinds are `finetune.correction` in params.yaml.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,27 +59,118 @@ def summarize(rows: Sequence) -> np.ndarray:
 MIN_THROUGHPUT = 1e-3
 
 
+# The throughput trees' members (finetune.correction.members), their throughputs averaged:
+# - summary: trees on each program's summed and maxed store rows (`summarize`);
+# - packed: TVM's XGBModel's form: a score per store row, summed per program, its squared
+#   error weighted by the record's throughput; finetune.correction's settings and the rule's
+#   rounds;
+# - tvm: packed with XGBModel's own settings (its XGBConfig, deeper trees), boosted until the
+#   training error has not improved for XGBModel's early-stopping rounds.
+# Fits of one kind on slightly different inputs pick different first candidates; averaging
+# kinds that err differently steadies the pick (docs/ranking.md).
+MEMBERS = ("summary", "packed", "tvm")
+
+
+def _packed(rows: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """Every program's store rows stacked, and the program each row belongs to."""
+    rows = [np.asarray(r, np.float32).reshape(-1, store_features.NUM_FEATURES) for r in rows]
+    owner = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    return np.concatenate(rows), owner
+
+
+def _fit_packed(params: dict, rows: Sequence, target: np.ndarray, rounds: int | None,
+                patience: int = 0) -> xgboost.Booster:
+    """Trees whose per-row scores, summed per program, regress `target` (TVM's pack-sum
+    objective); `rounds` None: until the error has not fallen for `patience` rounds more."""
+    import xgboost
+
+    x, owner = _packed(rows)
+    y = np.asarray(target, np.float64)
+    data = xgboost.DMatrix(x)
+
+    def program_scores(scores: np.ndarray) -> np.ndarray:
+        return np.bincount(owner, weights=scores, minlength=len(y))
+
+    def objective(scores: np.ndarray, _data) -> tuple[np.ndarray, np.ndarray]:
+        weight = y[owner]
+        return (program_scores(scores)[owner] - weight) * weight, weight
+
+    def error(scores: np.ndarray, _data) -> tuple[str, float]:
+        return "p-rmse", float(np.sqrt(np.mean((program_scores(scores) - y) ** 2)))
+
+    if rounds is not None:
+        return xgboost.train(params, data, num_boost_round=rounds, obj=objective)
+    # Kept whole, the rounds past the best too, as XGBModel keeps them.
+    return xgboost.train({**params, "disable_default_eval_metric": 1}, data,
+                         num_boost_round=10_000, obj=objective, custom_metric=error,
+                         evals=[(data, "train")], early_stopping_rounds=patience,
+                         verbose_eval=False)
+
+
+def _tvm_settings(threads: int) -> tuple[dict, int]:
+    """XGBModel's tree settings and early-stopping rounds, as TVM's defaults give them."""
+    import inspect
+
+    from tvm.s_tir.meta_schedule.cost_model import xgb_model
+
+    params = {**xgb_model.XGBConfig().to_dict(), "nthread": threads, "verbosity": 0}
+    patience = inspect.signature(xgb_model.XGBModel).parameters["early_stopping_rounds"]
+    return params, int(patience.default)
+
+
 class Corrector:
-    def __init__(self, booster: xgboost.XGBRegressor, blend: float = 0.0,
+    def __init__(self, members: dict[str, xgboost.Booster], blend: float = 0.0,
                  best: dict[str, float] | None = None):
-        self.booster = booster
+        self.members = members          # kind (MEMBERS) -> its trees
         self.blend = blend              # 0: residual trees; else the throughput trees' weight
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
 
     @classmethod
-    def fit(cls, settings: cfg.Correction, rounds: int, x: np.ndarray, target: np.ndarray,
-            seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None
+    def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
+            seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None,
+            members: Sequence[str] = ("summary",), summary_rows: np.ndarray | None = None
             ) -> Corrector:
-        """Boosted trees fitted to `target` (residual log latency, or normalized throughput
-        where `blend` > 0) from each program's summarized store rows `x` (summarize)."""
+        """Boosted trees of each kind in `members` fitted to `target` (residual log latency,
+        or normalized throughput where `blend` > 0) from each program's store `rows`
+        (`summary_rows`: the summary member's inputs where they are given summarized)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
-        booster = xgboost.XGBRegressor(
-            n_estimators=rounds, max_depth=settings.depth, learning_rate=settings.lr,
-            min_child_weight=settings.min_child_weight, subsample=settings.subsample,
-            colsample_bytree=settings.subsample, random_state=seed, n_jobs=settings.threads)
-        booster.fit(x, np.asarray(target, np.float32))
-        return cls(booster, blend, best)
+        target = np.asarray(target, np.float32)
+        fitted = {}
+        for kind in members:
+            if kind == "summary":
+                x = summarize(rows) if summary_rows is None else summary_rows
+                booster = xgboost.XGBRegressor(
+                    n_estimators=rounds, max_depth=settings.depth,
+                    learning_rate=settings.lr, min_child_weight=settings.min_child_weight,
+                    subsample=settings.subsample, colsample_bytree=settings.subsample,
+                    random_state=seed, n_jobs=settings.threads)
+                fitted[kind] = booster.fit(x, target).get_booster()
+            elif kind == "packed":
+                params = {"max_depth": settings.depth, "eta": settings.lr,
+                          "min_child_weight": settings.min_child_weight,
+                          "subsample": settings.subsample,
+                          "colsample_bytree": settings.subsample, "seed": seed,
+                          "nthread": settings.threads, "verbosity": 0}
+                fitted[kind] = _fit_packed(params, rows, target, rounds)
+            else:
+                params, patience = _tvm_settings(settings.threads)
+                fitted[kind] = _fit_packed(params, rows, target, None, patience)
+        return cls(fitted, blend, best)
+
+    def predict(self, rows: Sequence) -> np.ndarray:
+        """The members' mean prediction for programs of these store rows."""
+        import xgboost
+
+        out = np.zeros(len(rows))
+        for kind, booster in self.members.items():
+            if kind == "summary":
+                out += booster.predict(xgboost.DMatrix(summarize(rows)))
+            else:
+                x, owner = _packed(rows)
+                out += np.bincount(owner, weights=booster.predict(xgboost.DMatrix(x)),
+                                   minlength=len(rows))
+        return out / len(self.members)
 
     def adjust(self, mu: np.ndarray, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
         """For programs whose network means are `mu`: the corrected means (residual trees),
@@ -85,7 +178,7 @@ class Corrector:
         mu = np.asarray(mu, np.float64)
         if not len(rows):
             return mu
-        out = self.booster.predict(summarize(rows)).astype(np.float64)
+        out = self.predict(rows)
         if not self.blend:
             return mu + out
         best = np.array([self.best.get(w, np.nan) for w in workloads])
@@ -101,10 +194,15 @@ class Corrector:
 
     def describe(self) -> dict:
         """What model.json keeps of it beside the trees' own file."""
-        return {"blend": self.blend, "best": self.best}
+        return {"blend": self.blend, "best": self.best, "members": list(self.members)}
 
     def save(self, path: Path) -> None:
-        self.booster.save_model(path)
+        """One member: XGBoost's own JSON model; several: {kind: that model}."""
+        if len(self.members) == 1:
+            next(iter(self.members.values())).save_model(path)
+            return
+        path.write_text(json.dumps({kind: json.loads(booster.save_raw("json"))
+                                    for kind, booster in self.members.items()}))
 
     @classmethod
     def load(cls, path: Path, described: dict | bool = True) -> Corrector:
@@ -112,11 +210,20 @@ class Corrector:
         models saved before the throughput blend)."""
         import xgboost
 
-        booster = xgboost.XGBRegressor()
-        booster.load_model(path)
+        kinds = ["summary"] if described is True else described.get("members", ["summary"])
+        if len(kinds) == 1:
+            booster = xgboost.Booster()
+            booster.load_model(path)
+            members = {kinds[0]: booster}
+        else:
+            saved = json.loads(path.read_text())
+            members = {}
+            for kind in kinds:
+                members[kind] = xgboost.Booster()
+                members[kind].load_model(bytearray(json.dumps(saved[kind]).encode()))
         if described is True:
-            return cls(booster)
-        return cls(booster, float(described["blend"]),
+            return cls(members)
+        return cls(members, float(described["blend"]),
                    {str(k): float(v) for k, v in described["best"].items()})
 
 
@@ -144,16 +251,18 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
     weight, fitted on the `donor`'s records too where given; None for 0 rounds."""
     if rounds <= 0 or not graphs:
         return None
-    x = summarize(store_rows(graphs))
+    rows = store_rows(graphs)
     y = torch.cat([g.y for g in graphs]).double().numpy()
     if not blend:
         residual = y - predict(net, list(graphs)).gamma.numpy()
-        return Corrector.fit(settings, rounds, x, residual, seed)
+        return Corrector.fit(settings, rounds, rows, residual, seed)
     best, throughput = normalized_throughput(y, workloads)
-    if donor is not None:
-        x = np.concatenate([donor[0], x])
-        throughput = np.concatenate([donor[1], throughput])
-    return Corrector.fit(settings, rounds, x, throughput, seed, blend, best)
+    if donor is None:
+        return Corrector.fit(settings, rounds, rows, throughput, seed, blend, best,
+                             settings.members)
+    # The donor keeps its records summarized: only the summary member can learn from them.
+    return Corrector.fit(settings, rounds, rows, np.concatenate([donor[1], throughput]), seed,
+                         blend, best, summary_rows=np.concatenate([donor[0], summarize(rows)]))
 
 
 def normalized_throughput(y: np.ndarray, workloads: Sequence[str]

@@ -7,7 +7,7 @@ import torch
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, DONOR_ROWS, TrainedModel
-from calo.correction import tree_rows
+from calo.correction import Corrector, tree_rows
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
@@ -48,7 +48,7 @@ def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
     assert np.mean((y - shifted) ** 2) < 0.9 * np.mean((y - plain) ** 2)
     loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
     blob = json.loads((tmp_path / "model" / CONFIG).read_text())
-    assert blob["correction"] == {"blend": 0.0, "best": {}}
+    assert blob["correction"] == {"blend": 0.0, "best": {}, "members": ["summary"]}
     assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
     # Models saved before the throughput blend said only that they had a correction.
     (tmp_path / "model" / CONFIG).write_text(json.dumps({**blob, "correction": True}))
@@ -159,6 +159,35 @@ def test_the_throughput_blend_orders_its_workloads_and_leaves_others_to_the_netw
     loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
     assert json.loads((tmp_path / "model" / CONFIG).read_text())["correction"]["blend"] == blend
     assert np.allclose(ranking_scores(plain, graphs, loaded.correction), mixed)
+
+
+def test_an_ensemble_of_tree_kinds_averages_them_and_round_trips(
+        params, pretrained, tmp_path, monkeypatch):
+    kinds = ["summary", "packed", "tvm"]
+    settings, adapted, graphs = adapted_with(
+        params.override({"finetune.correction.members": kinds}), tmp_path, monkeypatch,
+        [{**RULE[0], "correction": 30, "blend": 1.0}])
+    fitted = adapted.correction
+    assert list(fitted.members) == kinds
+    y, plain, _, _ = predictive(adapted.net, graphs)
+    rows = [g.store_rows for g in graphs.graphs]
+    # Each member orders these records' throughput on its own; the ensemble is their mean.
+    alone = {kind: Corrector({kind: booster}, 1.0, fitted.best)
+             for kind, booster in fitted.members.items()}
+    for member in alone.values():
+        tau = mean_ranking(y, ranking_scores(plain, graphs, member), graphs.workload)
+        assert tau["kendall_tau"] > 0.2
+    assert np.allclose(fitted.predict(rows), np.mean([m.predict(rows) for m in alone.values()], 0))
+    # The packed kinds score a program by its rows' sum: one row more changes its score.
+    assert not np.allclose(alone["packed"].predict([rows[0]]),
+                           alone["packed"].predict([np.concatenate([rows[0], rows[0][:1]])]))
+    loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
+    assert json.loads((tmp_path / "model" / CONFIG).read_text())["correction"]["members"] == kinds
+    assert np.allclose(loaded.correction.predict(rows), fitted.predict(rows))
+    with pytest.raises(CaloError, match="one or more members"):
+        settings.override({"finetune.correction.members": []})
+    with pytest.raises(CaloError, match="must be one of"):
+        settings.override({"finetune.correction.members": ["forest"]})
 
 
 def test_a_blend_outside_0_1_or_without_rounds_is_refused(params):
