@@ -100,7 +100,8 @@ def _fit_packed(params: dict, rows: Sequence, target: np.ndarray, rounds: int | 
 
     if rounds is not None:
         return xgboost.train(params, data, num_boost_round=rounds, obj=objective)
-    # Kept whole, the rounds past the best too, as XGBModel keeps them.
+    # XGBModel's own cap on the rounds; the trees are kept whole, the rounds past the best
+    # too, as XGBModel keeps them.
     return xgboost.train({**params, "disable_default_eval_metric": 1}, data,
                          num_boost_round=10_000, obj=objective, custom_metric=error,
                          evals=[(data, "train")], early_stopping_rounds=patience,
@@ -163,6 +164,8 @@ class Corrector:
         import xgboost
 
         out = np.zeros(len(rows))
+        if not len(rows):
+            return out
         for kind, booster in self.members.items():
             if kind == "summary":
                 out += booster.predict(xgboost.DMatrix(summarize(rows)))
