@@ -166,7 +166,7 @@ class Correction:
     min_child_weight: float = 2.0
     subsample: float = 0.8     # of the records per tree, and of the features
     threads: int = 2
-    # The throughput trees' ensemble, their predictions averaged (calo.correction.MEMBERS)
+    # The throughput trees' kinds, their predictions averaged (calo.correction)
     members: tuple[Literal["summary", "packed", "tvm"], ...] = ("summary",)
 
 

@@ -15,7 +15,7 @@ program summarized by the sum and the maximum of its store rows, in one of two w
   have measurements of (named as the fit's were: workload names, or a search's task names).
   The mean stays the network's (calo.evaluation.ranking_scores).
 
-The throughput trees can be an ensemble of kinds (`MEMBERS`), their predictions averaged.
+The throughput trees can be an ensemble of kinds (below), their predictions averaged.
 Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
 rounds, and which blend, a warm-up of a given size gets (0 rounds: none); the trees' settings
 and kinds are `finetune.correction` in params.yaml.
@@ -59,7 +59,7 @@ def summarize(rows: Sequence) -> np.ndarray:
 MIN_THROUGHPUT = 1e-3
 
 
-# The throughput trees' members (finetune.correction.members), their throughputs averaged:
+# The throughput trees' kinds (finetune.correction.members), their throughputs averaged:
 # - summary: trees on each program's summed and maxed store rows (`summarize`);
 # - packed: TVM's XGBModel's form: a score per store row, summed per program, its squared
 #   error weighted by the record's throughput; finetune.correction's settings and the rule's
@@ -68,7 +68,6 @@ MIN_THROUGHPUT = 1e-3
 #   training error has not improved for XGBModel's early-stopping rounds.
 # Fits of one kind on slightly different inputs pick different first candidates; averaging
 # kinds that err differently steadies the pick (docs/ranking.md).
-MEMBERS = ("summary", "packed", "tvm")
 
 
 def _packed(rows: Sequence) -> tuple[np.ndarray, np.ndarray]:
@@ -78,13 +77,21 @@ def _packed(rows: Sequence) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(rows), owner
 
 
-def _fit_packed(params: dict, rows: Sequence, target: np.ndarray, rounds: int | None,
-                patience: int = 0) -> xgboost.Booster:
-    """Trees whose per-row scores, summed per program, regress `target` (TVM's pack-sum
-    objective); `rounds` None: until the error has not fallen for `patience` rounds more."""
+def _tree_params(settings: cfg.Correction, seed: int) -> dict:
+    """finetune.correction's tree settings, in XGBoost's own names."""
+    return {"max_depth": settings.depth, "eta": settings.lr,
+            "min_child_weight": settings.min_child_weight, "subsample": settings.subsample,
+            "colsample_bytree": settings.subsample, "seed": seed, "nthread": settings.threads,
+            "verbosity": 0}
+
+
+def _fit_packed(params: dict, x: np.ndarray, owner: np.ndarray, target: np.ndarray,
+                rounds: int | None, patience: int = 0) -> xgboost.Booster:
+    """Trees whose scores of the stacked store rows `x`, summed per program (`owner`, as
+    `_packed` gives them), regress `target` (TVM's pack-sum objective); `rounds` None: until
+    the error has not fallen for `patience` rounds more."""
     import xgboost
 
-    x, owner = _packed(rows)
     y = np.asarray(target, np.float64)
     data = xgboost.DMatrix(x)
 
@@ -122,7 +129,7 @@ def _tvm_settings(threads: int) -> tuple[dict, int]:
 class Corrector:
     def __init__(self, members: dict[str, xgboost.Booster], blend: float = 0.0,
                  best: dict[str, float] | None = None):
-        self.members = members          # kind (MEMBERS) -> its trees
+        self.members = members          # kind (finetune.correction.members) -> its trees
         self.blend = blend              # 0: residual trees; else the throughput trees' weight
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
 
@@ -137,26 +144,19 @@ class Corrector:
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         target = np.asarray(target, np.float32)
+        params = _tree_params(settings, seed)
+        stacked = _packed(rows) if set(members) - {"summary"} else None
         fitted = {}
         for kind in members:
             if kind == "summary":
                 x = summarize(rows) if summary_rows is None else summary_rows
-                booster = xgboost.XGBRegressor(
-                    n_estimators=rounds, max_depth=settings.depth,
-                    learning_rate=settings.lr, min_child_weight=settings.min_child_weight,
-                    subsample=settings.subsample, colsample_bytree=settings.subsample,
-                    random_state=seed, n_jobs=settings.threads)
+                booster = xgboost.XGBRegressor(n_estimators=rounds, **params)
                 fitted[kind] = booster.fit(x, target).get_booster()
             elif kind == "packed":
-                params = {"max_depth": settings.depth, "eta": settings.lr,
-                          "min_child_weight": settings.min_child_weight,
-                          "subsample": settings.subsample,
-                          "colsample_bytree": settings.subsample, "seed": seed,
-                          "nthread": settings.threads, "verbosity": 0}
-                fitted[kind] = _fit_packed(params, rows, target, rounds)
+                fitted[kind] = _fit_packed(params, *stacked, target, rounds)
             else:
-                params, patience = _tvm_settings(settings.threads)
-                fitted[kind] = _fit_packed(params, rows, target, None, patience)
+                tvm_params, patience = _tvm_settings(settings.threads)
+                fitted[kind] = _fit_packed(tvm_params, *stacked, target, None, patience)
         return cls(fitted, blend, best)
 
     def predict(self, rows: Sequence) -> np.ndarray:
@@ -166,12 +166,15 @@ class Corrector:
         out = np.zeros(len(rows))
         if not len(rows):
             return out
+        summary = xgboost.DMatrix(summarize(rows)) if "summary" in self.members else None
+        if set(self.members) - {"summary"}:
+            x, owner = _packed(rows)
+            stacked = xgboost.DMatrix(x)
         for kind, booster in self.members.items():
             if kind == "summary":
-                out += booster.predict(xgboost.DMatrix(summarize(rows)))
+                out += booster.predict(summary)
             else:
-                x, owner = _packed(rows)
-                out += np.bincount(owner, weights=booster.predict(xgboost.DMatrix(x)),
+                out += np.bincount(owner, weights=booster.predict(stacked),
                                    minlength=len(rows))
         return out / len(self.members)
 
