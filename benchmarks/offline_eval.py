@@ -83,10 +83,10 @@ import numpy as np  # noqa: E402
 from harvest_pools import UNSEEN_OPERATORS, open_pool, overrides, unpack  # noqa: E402
 
 from calo import paths, records, suite  # noqa: E402
-from calo.artifact import DONOR_ROWS, TrainedModel  # noqa: E402
+from calo.artifact import TrainedModel  # noqa: E402
 from calo.baselines import context_of, train_on_groups, xgb_model  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
-from calo.correction import tree_rows  # noqa: E402
+from calo.correction import donor_trees, tree_rows  # noqa: E402
 from calo.dataset import GraphSet  # noqa: E402
 from calo.evaluation import predictive, ranking  # noqa: E402
 from calo.log import get_logger  # noqa: E402
@@ -173,23 +173,32 @@ def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict
             "device_temperatures": trained.device_temperatures, "code": code_version()}
 
 
-def with_donor_rows(settings: Settings, model_dir: Path, out: Path, trained_on: int,
-                    also: Sequence[str] = ()) -> Path:
-    """A copy of a saved donor that predates the rule's trees learning from the donor's records
-    (finetune.rule's donor_records), with those records added: they are its training split's,
-    not learned, so the donor itself is kept rather than trained anew."""
-    for device in ("donor", *also):
-        extract(settings, device)
-    train = donor_splits(settings, also)[0]
-    if len(train) != trained_on:
-        raise SystemExit(f"the donor in {model_dir} trained on {trained_on} graphs, this split "
-                         f"has {len(train)}: train a new donor (another --donor-model)")
+def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_on: int,
+                       also: Sequence[str] = ()) -> Path:
+    """A saved donor as the rule's trees that learn from the donor's records (finetune.rule's
+    donor_records) need it: one that predates them is copied to `out` with its training
+    records (its training split's, not learned: the donor itself is kept rather than trained
+    anew) and its own trees of them (calo.correction.donor_trees) added."""
     trained = TrainedModel.load(model_dir)
-    trained.donor_rows = tree_rows(train.graphs, train.workload)
+    had_rows = trained.donor_rows is not None
+    if had_rows and trained.correction is not None:
+        return model_dir
+    if not had_rows:
+        for device in ("donor", *also):
+            extract(settings, device)
+        train = donor_splits(settings, also)[0]
+        if len(train) != trained_on:
+            raise SystemExit(f"the donor in {model_dir} trained on {trained_on} graphs, this "
+                             f"split has {len(train)}: train a new donor (another --donor-model)")
+        trained.donor_rows = tree_rows(train.graphs, train.workload)
+    trained.correction = donor_trees(settings.finetune, trained.donor_rows, settings.train.seed)
+    if had_rows and trained.correction is None:
+        return model_dir
     trained.save(out)
     shutil.copy(model_dir / "donor.json", out / "donor.json")
-    get_logger().info(f"offline eval: the donor in {model_dir} with its {len(train)} training "
-                      f"records for the rule's trees, in {out}")
+    get_logger().info(f"offline eval: the donor in {model_dir} with its "
+                      f"{len(trained.donor_rows[1])} training records and their trees for the "
+                      f"rule, in {out}")
     return out
 
 
@@ -614,9 +623,9 @@ def main() -> None:
         (model_dir / "donor.json").write_text(json.dumps(report["donor"], default=float))
         log.info(f"offline eval: donor trained on {report['donor']['train_graphs']} graphs in "
                  f"{report['donor']['train_s']:.0f} s")
-    if settings.finetune.keeps_donor_rows and not (model_dir / DONOR_ROWS).is_file():
-        model_dir = with_donor_rows(settings, model_dir, work / "models" / "donor-rows",
-                                    report["donor"]["train_graphs"], args.pretrain_also)
+    if settings.finetune.keeps_donor_rows:
+        model_dir = with_donor_records(settings, model_dir, work / "models" / "donor-rows",
+                                       report["donor"]["train_graphs"], args.pretrain_also)
     if args.fit:
         extract(settings, "donor")  # the donor's graphs, where a saved donor was reused
         report["donor_fit"] = donor_fit(settings, model_dir)

@@ -12,7 +12,9 @@ program summarized by the sum and the maximum of its store rows, in one of two w
   throughput (its workload's best measured latency / its latency), so their loss sits on the
   fast end; candidates are ordered by (1 - w) x the network's mean + w x the trees' log
   latency (the workload's best, less the log of the predicted throughput), for workloads they
-  have measurements of (named as the fit's were: workload names, or a search's task names).
+  have measurements of (named as the fit's were: workload names, or a search's task names);
+  trees that learned from the donor's records too order every workload, and the donor keeps
+  such trees of its records alone for workloads no warm-up has measured (`donor_trees`).
   The mean stays the network's (calo.evaluation.ranking_scores).
 
 The throughput trees can be an ensemble of kinds (below), their predictions averaged.
@@ -128,16 +130,19 @@ def _tvm_settings(threads: int) -> tuple[dict, int]:
 
 class Corrector:
     def __init__(self, members: dict[str, xgboost.Booster], blend: float = 0.0,
-                 best: dict[str, float] | None = None):
+                 best: dict[str, float] | None = None, general: bool = False):
         self.members = members          # kind (finetune.correction.members) -> its trees
         self.blend = blend              # 0: residual trees; else the throughput trees' weight
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
+        # Throughput trees that learned from the donor's records know workloads beyond `best`
+        # and order those too; trees of a warm-up alone leave them to the network.
+        self.general = general
 
     @classmethod
     def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None,
-            members: Sequence[str] = ("summary",), summary_rows: np.ndarray | None = None
-            ) -> Corrector:
+            members: Sequence[str] = ("summary",), summary_rows: np.ndarray | None = None,
+            general: bool = False) -> Corrector:
         """Boosted trees of each kind in `members` fitted to `target` (residual log latency,
         or normalized throughput where `blend` > 0) from each program's store `rows`
         (`summary_rows`: the summary member's inputs where they are given summarized)."""
@@ -157,7 +162,7 @@ class Corrector:
             else:
                 tvm_params, patience = _tvm_settings(settings.threads)
                 fitted[kind] = _fit_packed(tvm_params, *stacked, target, None, patience)
-        return cls(fitted, blend, best)
+        return cls(fitted, blend, best, general)
 
     def predict(self, rows: Sequence) -> np.ndarray:
         """The members' mean prediction for programs of these store rows."""
@@ -187,7 +192,9 @@ class Corrector:
         out = self.predict(rows)
         if not self.blend:
             return mu + out
-        best = np.array([self.best.get(w, np.nan) for w in workloads])
+        # A workload of no measurement has no best to anchor the trees' log latency; any
+        # constant orders its candidates alike.
+        best = np.array([self.best.get(w, 0.0 if self.general else np.nan) for w in workloads])
         trees = best - np.log(np.maximum(out, MIN_THROUGHPUT))
         return np.where(np.isnan(best), mu, (1 - self.blend) * mu + self.blend * trees)
 
@@ -200,7 +207,8 @@ class Corrector:
 
     def describe(self) -> dict:
         """What model.json keeps of it beside the trees' own file."""
-        return {"blend": self.blend, "best": self.best, "members": list(self.members)}
+        return {"blend": self.blend, "best": self.best, "members": list(self.members),
+                "general": self.general}
 
     def save(self, path: Path) -> None:
         """One member: XGBoost's own JSON model; several: {kind: that model}."""
@@ -230,7 +238,8 @@ class Corrector:
         if described is True:
             return cls(members)
         return cls(members, float(described["blend"]),
-                   {str(k): float(v) for k, v in described["best"].items()})
+                   {str(k): float(v) for k, v in described["best"].items()},
+                   bool(described.get("general", False)))
 
 
 def store_rows(graphs: Sequence[Data]) -> list:
@@ -268,7 +277,20 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
                              settings.members)
     # The donor keeps its records summarized: only the summary member can learn from them.
     return Corrector.fit(settings, rounds, rows, np.concatenate([donor[1], throughput]), seed,
-                         blend, best, summary_rows=np.concatenate([donor[0], summarize(rows)]))
+                         blend, best, summary_rows=np.concatenate([donor[0], summarize(rows)]),
+                         general=True)
+
+
+def donor_trees(finetune: cfg.Finetune, donor: TreeRows | None, seed: int = 0
+                ) -> Corrector | None:
+    """The donor's own throughput trees, which order its candidates of workloads it has no
+    measurement of (zero-shot): those of the fine-tune rule's row for no warm-up, fitted on the
+    donor's records alone, where that row's trees learn from them; else None."""
+    step = finetune.step_for(0)
+    if donor is None or not (step.blend and step.donor_records and step.correction > 0):
+        return None
+    return Corrector.fit(finetune.correction, step.correction, [], donor[1], seed, step.blend,
+                         summary_rows=donor[0], general=True)
 
 
 def normalized_throughput(y: np.ndarray, workloads: Sequence[str]

@@ -325,7 +325,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     # A donor of several devices scores one device's store with that device's temperature.
     trained = trained.for_device({target_key(r.record.target) for r in recs
                                   if r.record.target is not None})
-    kind, stores = trained.graph_kind, trained.reads_stores
+    kind, stores = trained.graph_kind, trained.needs_stores
     if choose == "uncertainty" and warmup_records:
         splits = choose_by_uncertainty(trained, recs, warmup_records,
                                        Progress("evaluate: choosing warm-up", len(recs),

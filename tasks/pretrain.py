@@ -11,7 +11,7 @@ import torch
 from calo import compute, locks, paths, registry
 from calo import config as cfg
 from calo.artifact import TrainedModel
-from calo.correction import tree_rows
+from calo.correction import donor_trees, tree_rows
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import checked_temperature, evaluate
@@ -136,6 +136,7 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     levels = settings.calibrate.levels
     if settings.finetune.keeps_donor_rows:
         trained.donor_rows = tree_rows(train.graphs, train.workload)
+        trained.correction = donor_trees(settings.finetune, trained.donor_rows, settings.train.seed)
     trained.temperature = donor_temperature(settings, trained, calibration, 1.0)
     if settings.calibrate.per_target:
         trained.device_temperatures = device_temperatures(settings, trained, calibration, also)

@@ -7,7 +7,7 @@ import torch
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, DONOR_ROWS, TrainedModel
-from calo.correction import Corrector, tree_rows
+from calo.correction import Corrector, donor_trees, tree_rows
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
@@ -48,7 +48,8 @@ def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
     assert np.mean((y - shifted) ** 2) < 0.9 * np.mean((y - plain) ** 2)
     loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
     blob = json.loads((tmp_path / "model" / CONFIG).read_text())
-    assert blob["correction"] == {"blend": 0.0, "best": {}, "members": ["summary"]}
+    assert blob["correction"] == {"blend": 0.0, "best": {}, "members": ["summary"],
+                                  "general": False}
     assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
     # Models saved before the throughput blend said only that they had a correction.
     (tmp_path / "model" / CONFIG).write_text(json.dumps({**blob, "correction": True}))
@@ -217,8 +218,10 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
     settings = params.override({"finetune.rule": [row]})
     assert settings.finetune.keeps_donor_rows and settings.extracts_stores(settings.donor)
     donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
-    # pretrain keeps the donor's rows exactly when the shipped rule's trees learn from them
+    # pretrain keeps the donor's rows, and its own trees of them, exactly when the shipped
+    # rule's trees learn from them
     assert (donor.donor_rows is not None) == params.finetune.keeps_donor_rows
+    assert (donor.correction is not None) == params.finetune.keeps_donor_rows
     donor.donor_rows = None  # as pretrained under a rule without them
     _, own, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
     with pytest.raises(CaloError, match="re-run `calo pretrain`"):
@@ -235,7 +238,17 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
                               graphs.workload)["kendall_tau"]
            for name, model in (("own", own), ("with donor", tuned))}
     assert tau["own"] > 0 > tau["with donor"]
+    # Zero-shot, the donor's own trees of its records order workloads it never measured
+    # (trees of a warm-up alone leave those to the network: the throughput blend's test).
+    donor.correction = donor_trees(settings.finetune, donor.donor_rows)
+    assert donor.correction.general and not donor.correction.best
+    zero_shot = ranking_scores(plain, graphs, donor.correction)
+    assert mean_ranking(y, zero_shot, graphs.workload)["kendall_tau"] < 0
+    assert donor_trees(params.override({"finetune.rule": [{**row, "donor_records": False}]}
+                                       ).finetune, donor.donor_rows) is None
     loaded = TrainedModel.load(donor.save(tmp_path / "donor"))
+    assert loaded.correction.general
+    assert np.allclose(ranking_scores(plain, graphs, loaded.correction), zero_shot)
     assert json.loads((tmp_path / "donor" / CONFIG).read_text())["donor_rows"] == 20 * len(rows)
     assert all(np.array_equal(a, b) for a, b in zip(loaded.donor_rows, donor.donor_rows))
     (tmp_path / "donor" / DONOR_ROWS).write_bytes(b"not an archive")
