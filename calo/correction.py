@@ -281,13 +281,13 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
                          general=True)
 
 
-def donor_trees(finetune: cfg.Finetune, donor: TreeRows | None, seed: int = 0
-                ) -> Corrector | None:
+def donor_trees(finetune: cfg.Finetune, donor: TreeRows, seed: int = 0) -> Corrector | None:
     """The donor's own throughput trees, which order its candidates of workloads it has no
     measurement of (zero-shot): those of the fine-tune rule's row for no warm-up, fitted on the
-    donor's records alone, where that row's trees learn from them; else None."""
+    donor's records alone, where that row's trees learn from them; else None. (Settings refuse
+    donor_records without a blend, and a blend without rounds.)"""
     step = finetune.step_for(0)
-    if donor is None or not (step.blend and step.donor_records and step.correction > 0):
+    if not step.donor_records:
         return None
     return Corrector.fit(finetune.correction, step.correction, [], donor[1], seed, step.blend,
                          summary_rows=donor[0], general=True)
