@@ -175,9 +175,11 @@ class CaloCostModel(PyCostModel):
 
     def scores_with_trees(self, context) -> bool:
         """The correction takes part in this task's scores: on, fitted, and (the throughput
-        trees) fitted on this task's measurements."""
+        trees) fitted on this task's measurements or on the donor's records, which order
+        every task (Corrector.general), as the offline evaluation orders them."""
         c = self.trained.correction
-        return self.trees and c is not None and (c.moves_mean or str(context.task_name) in c.best)
+        return self.trees and c is not None and (c.moves_mean or c.general
+                                                 or str(context.task_name) in c.best)
 
     def featurize(self, context, candidates, stores: bool | None = None
                   ) -> list[ScheduleGraph]:

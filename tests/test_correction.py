@@ -244,6 +244,17 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
     assert donor.correction.general and not donor.correction.best
     zero_shot = ranking_scores(plain, graphs, donor.correction)
     assert mean_ranking(y, zero_shot, graphs.workload)["kendall_tau"] < 0
+    # A search with the trees on orders a task it has not measured with them too, as above.
+    context, cands, _, _ = search_batch(TARGET, 8)
+    search = CaloCostModel.from_settings(donor, settings, constant_kappa=0.0, trees=True,
+                                         correct_top=0)
+    scores = search.predict(context, cands)
+    drafts = search.featurize(context, cands, stores=True)
+    with torch.no_grad():
+        mean = search.model.to_log_latency(search.model(*collate(drafts))).gamma.double().numpy()
+    expected = donor.correction.adjust(mean, [g.stores for g in drafts], ["task"] * len(cands))
+    assert np.allclose(np.log(scores), expected.min() - expected)
+    assert not np.allclose(expected, mean)
     assert donor_trees(params.override({"finetune.rule": [{**row, "donor_records": False}]}
                                        ).finetune, donor.donor_rows) is None
     loaded = TrainedModel.load(donor.save(tmp_path / "donor"))
