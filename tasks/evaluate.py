@@ -360,7 +360,8 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         trained, held, lambda name: graphs_of(held[name], progress.advance), levels, baselines)
     per_workload = per_source["all"]
     report = {
-        "model": label, "temperature": trained.temperature, "records": records_dir,
+        "model": label, "temperature": trained.temperature,
+        "at_temperature_1": pooled["at_temperature_1"], "records": records_dir,
         "warmup_fraction": warmup_fraction, "warmup_per_workload": warmup_records,
         "warmup_choice": choose, "warmup_records": len(warm), **finetune,
         "held_out_records": sum(map(len, held.values())), "donor_records": sum(map(len, donor)),
@@ -466,7 +467,11 @@ def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
                 table[which][name] = {**ranking(latency[idx], score[idx]),
                                       **dict.fromkeys(CALIBRATION)}
         per_source["all"]["calo"][name].update(calibration(y, mu, scale, df, levels))
-    return per_source, calibration(*(np.concatenate(part) for part in zip(*pooled)), levels)
+    y, mu, scale, df = (np.concatenate(part) for part in zip(*pooled))
+    # The same predictions at temperature 1 say whether the temperature helped them.
+    plain = calibration(y, mu, scale / trained.temperature, df, levels)
+    return per_source, {**calibration(y, mu, scale, df, levels),
+                        "at_temperature_1": {k: plain[k] for k in ("ece", "nll")}}
 
 
 def format_table(report: dict) -> str:
@@ -493,4 +498,9 @@ def format_table(report: dict) -> str:
         lines.append(f"{workload:<{wide}}{model:<{model_wide}}{cells}")
     for model, why in report["not_run"].items():
         lines.append(f"{model}: not run: {why}")
+    if (plain := report.get("at_temperature_1")) and "calo" in report["overall"]:
+        ours = report["overall"]["calo"]
+        lines.append(f"calo's pooled ECE / NLL at temperature 1: {plain['ece']:.3f} / "
+                     f"{plain['nll']:.3f}; at its {report['temperature']:.3f}: "
+                     f"{ours['ece']:.3f} / {ours['nll']:.3f}")
     return "\n".join(lines)

@@ -47,8 +47,12 @@ def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
     assert report["overall"]["calo"]["top1_se"] == pytest.approx(abs(top1[0] - top1[1]) / 2)
     # TVM's MLPModel holds out a fifth of the workloads to train: two are too few, and it says so
     assert "5 or more workloads" in report["not_run"]["mlp_donor"]
+    # the same predictions at temperature 1 beside them: whether the temperature helped
+    plain, ours = report["at_temperature_1"], report["overall"]["calo"]
+    assert (plain["nll"] == pytest.approx(ours["nll"])) == (report["temperature"] == 1.0)
     table = capsys.readouterr().err
     assert "xgb_donor" in table and "overall" in table
+    assert f"at temperature 1: {plain['ece']:.3f} / {plain['nll']:.3f}" in table
 
 
 @pytest.mark.slow
