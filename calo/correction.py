@@ -194,9 +194,16 @@ class Corrector:
             return mu + out
         # A workload of no measurement has no best to anchor the trees' log latency; any
         # constant orders its candidates alike.
-        best = np.array([self.best.get(w, 0.0 if self.general else np.nan) for w in workloads])
+        best = np.array([self.best.get(w, 0.0) for w in workloads])
         trees = best - np.log(np.maximum(out, MIN_THROUGHPUT))
-        return np.where(np.isnan(best), mu, (1 - self.blend) * mu + self.blend * trees)
+        ordered = np.array([self.orders(w) for w in workloads])
+        return np.where(ordered, (1 - self.blend) * mu + self.blend * trees, mu)
+
+    def orders(self, workload: str) -> bool:
+        """Whether it moves this workload's candidates: residual trees move every one;
+        throughput trees order the workloads they measured, or every workload where they
+        learned from the donor's records (`general`)."""
+        return self.moves_mean or self.general or workload in self.best
 
     @property
     def moves_mean(self) -> bool:

@@ -174,12 +174,10 @@ class CaloCostModel(PyCostModel):
         return self.trained.reads_stores or (self.trees and self.finetune.corrects)
 
     def scores_with_trees(self, context) -> bool:
-        """The correction takes part in this task's scores: on, fitted, and (the throughput
-        trees) fitted on this task's measurements or on the donor's records, which order
-        every task (Corrector.general), as the offline evaluation orders them."""
+        """The correction takes part in this task's scores: on, fitted, and ordering this
+        task (Corrector.orders), as the offline evaluation orders it."""
         c = self.trained.correction
-        return self.trees and c is not None and (c.moves_mean or c.general
-                                                 or str(context.task_name) in c.best)
+        return self.trees and c is not None and c.orders(str(context.task_name))
 
     def featurize(self, context, candidates, stores: bool | None = None
                   ) -> list[ScheduleGraph]:
