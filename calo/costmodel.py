@@ -165,7 +165,8 @@ class CaloCostModel(PyCostModel):
             self.trained.correction = fit_correction(self.model, self.finetune.correction,
                                                      step.correction, self.measured, self.tasks,
                                                      self.train.seed, step.blend,
-                                                     self.trained.rows_for(step))
+                                                     self.trained.rows_for(step),
+                                                     step.members)
 
     @property
     def learns_stores(self) -> bool:
