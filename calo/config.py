@@ -28,9 +28,6 @@ DEFAULT_PARAMS = "params.yaml"
 
 GraphKind = Literal["schedule", "device-schedule", "ast"]
 Layers = Literal["head", "all"]
-# The throughput trees' kinds (calo.correction): donor is summary trees on the donor's training
-# records and the warm-up together, beside kinds that learn from the warm-up alone.
-TreeKind = Literal["summary", "packed", "tvm", "donor"]
 
 
 @dataclass(frozen=True)
@@ -158,7 +155,6 @@ class FinetuneStep:
     # the throughput trees also learn from the donor's training records (the donor's artifact
     # keeps their per-store rows: calo.correction.tree_rows), as TVM's XGBModel on both does
     donor_records: bool = False
-    members: tuple[TreeKind, ...] | None = None  # the trees' kinds; null: correction.members
 
 
 @dataclass(frozen=True)
@@ -171,7 +167,7 @@ class Correction:
     subsample: float = 0.8     # of the records per tree, and of the features
     threads: int = 2
     # The throughput trees' kinds, their predictions averaged (calo.correction)
-    members: tuple[TreeKind, ...] = ("summary",)
+    members: tuple[Literal["summary", "packed", "tvm"], ...] = ("summary",)
 
 
 @dataclass(frozen=True)
@@ -392,10 +388,6 @@ def _check_references(s: Settings, where: str) -> None:
                for step in rule):
             raise CaloError(f"{where}: finetune.{name}: blend is the throughput trees' weight "
                             "in the ordering, in [0, 1], and needs correction rounds > 0")
-        kinds = (step.members or s.finetune.correction.members for step in rule)
-        if any("donor" in k and not step.donor_records for k, step in zip(kinds, rule)):
-            raise CaloError(f"{where}: finetune.{name}: the donor kind of trees learns from the "
-                            "donor's records: its row needs donor_records: true")
         if any(step.donor_records and not step.blend for step in rule):
             raise CaloError(f"{where}: finetune.{name}: donor_records is for the throughput "
                             "trees (blend > 0)")

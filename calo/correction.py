@@ -68,14 +68,8 @@ MIN_THROUGHPUT = 1e-3
 #   rounds;
 # - tvm: packed with XGBModel's own settings (its XGBConfig, deeper trees), boosted until the
 #   training error has not improved for XGBModel's early-stopping rounds.
-# - donor: summary trees on the donor's training records and the warm-up together, where a
-#   rule's row asks for the donor's records (donor_records) beside kinds that learn from the
-#   warm-up alone.
 # Fits of one kind on slightly different inputs pick different first candidates; averaging
 # kinds that err differently steadies the pick (docs/ranking.md).
-
-
-SUMMARIZED = {"summary", "donor"}  # kinds that read each program's rows summed and maxed
 
 
 def _packed(rows: Sequence) -> tuple[np.ndarray, np.ndarray]:
@@ -148,25 +142,21 @@ class Corrector:
     def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None,
             members: Sequence[str] = ("summary",), summary_rows: np.ndarray | None = None,
-            general: bool = False, donor: TreeRows | None = None) -> Corrector:
+            general: bool = False) -> Corrector:
         """Boosted trees of each kind in `members` fitted to `target` (residual log latency,
         or normalized throughput where `blend` > 0) from each program's store `rows`
-        (`summary_rows`: the summary member's inputs where they are given summarized; the
-        donor member's: the `donor`'s records before these)."""
+        (`summary_rows`: the summary member's inputs where they are given summarized)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         target = np.asarray(target, np.float32)
         params = _tree_params(settings, seed)
-        stacked = _packed(rows) if set(members) - SUMMARIZED else None
+        stacked = _packed(rows) if set(members) - {"summary"} else None
         fitted = {}
         for kind in members:
-            if kind in SUMMARIZED:
+            if kind == "summary":
                 x = summarize(rows) if summary_rows is None else summary_rows
-                y = target
-                if kind == "donor":
-                    x, y = np.concatenate([donor[0], x]), np.concatenate([donor[1], target])
                 booster = xgboost.XGBRegressor(n_estimators=rounds, **params)
-                fitted[kind] = booster.fit(x, y).get_booster()
+                fitted[kind] = booster.fit(x, target).get_booster()
             elif kind == "packed":
                 fitted[kind] = _fit_packed(params, *stacked, target, rounds)
             else:
@@ -181,12 +171,12 @@ class Corrector:
         out = np.zeros(len(rows))
         if not len(rows):
             return out
-        summary = xgboost.DMatrix(summarize(rows)) if SUMMARIZED & set(self.members) else None
-        if set(self.members) - SUMMARIZED:
+        summary = xgboost.DMatrix(summarize(rows)) if "summary" in self.members else None
+        if set(self.members) - {"summary"}:
             x, owner = _packed(rows)
             stacked = xgboost.DMatrix(x)
         for kind, booster in self.members.items():
-            if kind in SUMMARIZED:
+            if kind == "summary":
                 out += booster.predict(summary)
             else:
                 out += np.bincount(owner, weights=booster.predict(stacked),
@@ -277,13 +267,10 @@ TreeRows = tuple[np.ndarray, np.ndarray]
 
 def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
                    graphs: Sequence[Data], workloads: Sequence[str], seed: int = 0,
-                   blend: float = 0.0, donor: TreeRows | None = None,
-                   members: Sequence[str] | None = None) -> Corrector | None:
+                   blend: float = 0.0, donor: TreeRows | None = None) -> Corrector | None:
     """The correction of `net`'s mean on measured graphs (with store rows) of `workloads`
     (one name each): residual trees, or with `blend` > 0 throughput trees blended at that
-    weight, of the kinds in `members` (default: settings.members), fitted on the `donor`'s
-    records too where given (by the donor kind alone, where `members` has it); None for 0
-    rounds."""
+    weight, fitted on the `donor`'s records too where given; None for 0 rounds."""
     if rounds <= 0 or not graphs:
         return None
     rows = store_rows(graphs)
@@ -292,10 +279,9 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
         residual = y - predict(net, list(graphs)).gamma.numpy()
         return Corrector.fit(settings, rounds, rows, residual, seed)
     best, throughput = normalized_throughput(y, workloads)
-    members = members or settings.members
-    if donor is None or "donor" in members:
-        return Corrector.fit(settings, rounds, rows, throughput, seed, blend, best, members,
-                             donor=donor)
+    if donor is None:
+        return Corrector.fit(settings, rounds, rows, throughput, seed, blend, best,
+                             settings.members)
     # The donor keeps its records summarized: only the summary member can learn from them.
     return Corrector.fit(settings, rounds, rows, np.concatenate([donor[1], throughput]), seed,
                          blend, best, summary_rows=np.concatenate([donor[0], summarize(rows)]),

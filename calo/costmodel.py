@@ -165,8 +165,7 @@ class CaloCostModel(PyCostModel):
             self.trained.correction = fit_correction(self.model, self.finetune.correction,
                                                      step.correction, self.measured, self.tasks,
                                                      self.train.seed, step.blend,
-                                                     self.trained.rows_for(step),
-                                                     step.members)
+                                                     self.trained.rows_for(step))
 
     @property
     def learns_stores(self) -> bool:

@@ -59,7 +59,7 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     rounds = 0 if mean_only and step.blend else step.correction
     trained.correction = fit_correction(trained.net, finetune.correction, rounds,
                                         tree_graphs, tree_workloads, train.seed, step.blend,
-                                        trained.rows_for(step), step.members)
+                                        trained.rows_for(step))
     trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)
     return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
                                  "correction_rounds": step.correction, "blend": step.blend,

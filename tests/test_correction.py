@@ -270,35 +270,3 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
     assert not (tmp_path / "donor" / DONOR_ROWS).exists()
     with pytest.raises(CaloError, match="donor_records is for the throughput trees"):
         params.override({"finetune.rule": [{**row, "blend": 0.0}]})
-
-
-def test_the_donor_kind_learns_from_the_donors_records_beside_kinds_of_the_warm_up(
-        params, pretrained, tmp_path, monkeypatch):
-    """A row's members with the donor kind: its summary trees learn from the donor's records
-    and the warm-up together, the row's other kinds from the warm-up alone, and the saved
-    model predicts as the fitted one."""
-    import xgboost
-
-    from calo.correction import store_rows, summarize
-
-    row = {**RULE[0], "correction": 30, "blend": 1.0, "donor_records": True,
-           "members": ["donor", "summary"]}
-    settings = params.override({"finetune.rule": [row]})
-    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
-    _, _, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False,
-                                                                 "members": None}])
-    rows, throughput = tree_rows(graphs.graphs, graphs.workload)
-    donor.donor_rows = np.repeat(rows, 20, 0), np.repeat(1 - throughput, 20)  # the other way
-    tuned = copy.deepcopy(donor)
-    adapt(tuned, settings.finetune, settings.train, graphs, graphs, set())
-    members = tuned.correction.members
-    assert set(members) == {"donor", "summary"} and not tuned.correction.general
-    x = xgboost.DMatrix(summarize(store_rows(graphs.graphs)))
-    follows = {kind: np.corrcoef(booster.predict(x), throughput)[0, 1]
-               for kind, booster in members.items()}
-    assert follows["summary"] > 0 > follows["donor"]
-    loaded = TrainedModel.load(tuned.save(tmp_path / "model"))
-    assert np.allclose(loaded.correction.predict(store_rows(graphs.graphs)),
-                       tuned.correction.predict(store_rows(graphs.graphs)))
-    with pytest.raises(CaloError, match="its row needs donor_records: true"):
-        params.override({"finetune.rule": [{**row, "donor_records": False}]})
