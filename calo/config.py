@@ -220,7 +220,6 @@ class Calibrate:
     after_finetune: Literal["temperature", "width", "no-wider"] = "temperature"
     warmup_refit: Literal["off", "replace", "blend"] = "replace"
     warmup_donor_fit: bool = False  # refit the donor's temperature on every warm-up probe first
-    warmup_folds: int = 0   # the warm-up refit on out-of-fold predictions of K fine-tunes (0: off)
     objective: Literal["ece", "nll"] = "ece"   # what every temperature fit minimizes
     per_target: bool = False  # a donor of several devices: a temperature per target too
 
@@ -409,9 +408,6 @@ def _check_references(s: Settings, where: str) -> None:
             or not c.members):
         raise CaloError(f"{where}: finetune.correction needs depth >= 1, lr > 0, subsample in "
                         f"(0, 1], threads >= 1 and one or more members, got {c}")
-    if s.calibrate.warmup_folds == 1 or s.calibrate.warmup_folds < 0:
-        raise CaloError(f"{where}: calibrate.warmup_folds is a number of folds, 0 (the held-back "
-                        f"share) or 2 or more, got {s.calibrate.warmup_folds}")
     if s.extract.workers < 1 or s.extract.shard_size < 1 or s.train.graphs_in_memory < 1:
         raise CaloError(f"{where}: extract.workers, extract.shard_size and "
                         "train.graphs_in_memory must be >= 1")

@@ -137,11 +137,6 @@ def split_of(workload: str, record: int, fractions: Split) -> str:
     return "train"
 
 
-def fold_of(workload: str, record: int, folds: int) -> int:
-    """Stable assignment of a record to one of `folds` folds, independent of split_of's."""
-    return min(int(_unit(f"fold/{workload}/{record}") * folds), folds - 1)
-
-
 def save_graphs(path: Path, graphs: GraphSet, shard_size: int) -> None:
     """A new store at path holding these graphs (calo.graph_store), replacing any there."""
     stores = bool(graphs.graphs) and "store_rows" in graphs.graphs[0]

@@ -9,8 +9,7 @@ the design space) instead of in measurement order. With warm-up probes, our mode
 on them (as the finetune stage does); its temperature starts from the donor's (with
 calibrate.warmup_donor_fit, pooled with the donor's refit on every probe), or (setting
 calibrate.after_finetune) from that calibrated width carried over the fine-tune, and is
-refitted on a hash-split share of them, or (calibrate.warmup_folds) on every one as fine-tunes
-of the other folds predict it (taken only if it lowers their NLL and ECE:
+refitted on a hash-split share of them (taken only if it lowers their NLL and ECE:
 calo.evaluation.checked_temperature, cross=False; calibrate.warmup_refit says whether the refit
 replaces it or is pooled with it).
 TVM's XGBModel and MLPModel are each trained twice: on exactly the warm-up records (`xgb`,
@@ -42,7 +41,7 @@ from calo import config as cfg
 from calo import paths, registry
 from calo.artifact import WEIGHTS, TrainedModel
 from calo.baselines import context_of, mlp_on_groups, mlp_updated, train_on_groups, xgb_model
-from calo.dataset import GraphSet, fold_of, split_of
+from calo.dataset import GraphSet, split_of
 from calo.errors import CaloError, reason
 from calo.evaluation import calibration, checked_temperature, predictive, ranking, ranking_scores
 from calo.graphs import graph_set
@@ -385,21 +384,19 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     finetune stage does (the rule's row for their size and device), its temperature the
     donor's (or its refit on every probe, calibrate.warmup_donor_fit: donor_on_probes; or
     that width carried over the fine-tune, calibrate.after_finetune), replaced by or
-    pooled with (calibrate.warmup_refit) a refit on a hash-split share of them (with
-    calibrate.warmup_folds, on every one, out of fold: out_of_fold) where that lowers their
-    NLL and ECE; and how the fine-tune went."""
+    pooled with (calibrate.warmup_refit) a refit on a hash-split share of them where that
+    lowers their NLL and ECE; and how the fine-tune went."""
     donor, trained = trained, copy.deepcopy(trained)
-    fit_set, cal_set = _held_back(warm_graphs, settings.split)
+    fractions = cfg.Split(val=settings.split.val, test=0.0)
+    is_val = [split_of(w, r, fractions) == "val"
+              for w, r in zip(warm_graphs.workload, warm_graphs.record)]
+    fit_set = warm_graphs.select([not v for v in is_val])
+    cal_set = warm_graphs.select(is_val)
     start = time.perf_counter()
     targets = {target_key(r.record.target) for r in warm if r.record.target is not None}
     tuned = adapt(trained, settings.finetune, settings.train, fit_set, cal_set or fit_set,
                   targets)
     took = time.perf_counter() - start
-    folds = settings.calibrate.warmup_folds
-    start = time.perf_counter()
-    unseen = (out_of_fold(donor, settings, warm_graphs, targets, folds, fit_set.per_workload())
-              if folds else None)
-    crossfit_s = time.perf_counter() - start
     probes = predictive(donor.net, warm_graphs, correction=donor.correction)
     trained.temperature = start_temperature = donor_on_probes(donor, settings, probes)
     rule = settings.calibrate.after_finetune
@@ -413,55 +410,16 @@ def fine_tuned(trained: TrainedModel, settings: cfg.Settings, warm_graphs: Graph
     refit = settings.calibrate.warmup_refit
     if refit != "off":
         before = trained.temperature
-        if unseen is not None:
-            trained.temperature = refit_temperature(
-                unseen, before, confidence_levels(settings.calibrate.levels),
-                objective=settings.calibrate.objective)
-        else:
-            trained.temperature = checked_temperature(trained.net, cal_set, before,
-                                                      settings.calibrate.levels,
-                                                      trained.correction, cross=False,
-                                                      objective=settings.calibrate.objective)
+        trained.temperature = checked_temperature(trained.net, cal_set, before,
+                                                  settings.calibrate.levels,
+                                                  trained.correction, cross=False,
+                                                  objective=settings.calibrate.objective)
         if refit == "blend" and trained.temperature != before:
             trained.temperature = blended_temperature(before, trained.temperature)
-    return trained, {"finetune_s": took, "crossfit_s": crossfit_s,
-                     "finetune_epoch": tuned["kept_epoch"],
+    return trained, {"finetune_s": took, "finetune_epoch": tuned["kept_epoch"],
                      "same_device": tuned["config"]["same_device"],
                      "correction_rounds": tuned["config"]["correction_rounds"],
                      "correction_blend": tuned["config"]["blend"]}
-
-
-def _held_back(graphs: GraphSet, split: cfg.Split) -> tuple[GraphSet, GraphSet]:
-    """(trained on, held back) of a warm-up: the fine-tune checks its epochs on a hash-split
-    share of the probes (split.val of them)."""
-    fractions = cfg.Split(val=split.val, test=0.0)
-    is_val = [split_of(w, r, fractions) == "val" for w, r in zip(graphs.workload, graphs.record)]
-    return graphs.select([not v for v in is_val]), graphs.select(is_val)
-
-
-def out_of_fold(donor: TrainedModel, settings: cfg.Settings, warm_graphs: GraphSet,
-                targets: set[str], folds: int, size: float) -> tuple:
-    """Every warm-up probe predicted (y, mean, t-scale, df at temperature 1, in the probes'
-    order) by a fine-tune that never saw it: the probes cut into `folds` by a stable hash,
-    each fold predicted by the donor fine-tuned as fine_tuned does on the other folds, by the
-    rule's row for `size` (the whole warm-up's fine-tune's, so all are fine-tuned alike). They
-    check a temperature as the held-out candidates will: each model is asked about probes it
-    did not learn, and none is left out."""
-    fold = np.array([fold_of(w, r, folds)
-                     for w, r in zip(warm_graphs.workload, warm_graphs.record)])
-    parts = [np.empty(len(fold)) for _ in range(4)]
-    if len(set(fold)) < 2:  # one fold holds every probe: none has a model that did not see it
-        return tuple(part[:0] for part in parts)
-    for k in sorted(set(fold)):
-        model = copy.deepcopy(donor)
-        fit_set, cal_set = _held_back(warm_graphs.select(fold != k), settings.split)
-        adapt(model, settings.finetune, settings.train, fit_set, cal_set or fit_set, targets,
-              mean_only=True, size=size)
-        mover = model.correction if model.correction and model.correction.moves_mean else None
-        for part, values in zip(parts, predictive(model.net, warm_graphs.select(fold == k),
-                                                  correction=mover)):
-            part[fold == k] = values
-    return tuple(parts)
 
 
 def donor_on_probes(donor: TrainedModel, settings: cfg.Settings, probes: tuple) -> float:

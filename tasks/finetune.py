@@ -30,18 +30,15 @@ def load_donor(settings: cfg.Settings) -> TrainedModel:
 
 
 def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graphs: GraphSet,
-          val: GraphSet, targets: set[str], label: str | None = None,
-          mean_only: bool = False, size: float | None = None) -> dict:
+          val: GraphSet, targets: set[str], label: str | None = None) -> dict:
     """Stage 2 of the transfer: train the donor model on warm-up graphs of `targets`
     (records.target_key), with the rule's row for their number per workload (which layers,
     epochs, learning rate, pull toward the donor, weight on the fast end, which epoch's
     weights it keeps): the same-device rule's if the model was trained on those targets
     already. The model then counts them among its own. With `label`, each epoch logs a
-    progress line under it. `mean_only`: the model is wanted for its mean and variance alone,
-    so throughput trees, which order candidates and leave both to the head, are not fitted.
-    `size`: the graphs per workload the row is chosen by, where not these graphs' own."""
+    progress line under it."""
     same_device = trained.trained_on(targets)
-    step = finetune.step_for(size or graphs.per_workload(), same_device, train.fast_weight)
+    step = finetune.step_for(graphs.per_workload(), same_device, train.fast_weight)
     on_epoch = log_epoch(label, step.epochs) if label else None
     shift = recenter(trained.net, graphs.graphs) if finetune.recenter else 0.0
     trained.net.set_trainable(step.layers)
@@ -56,8 +53,7 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     tree_graphs, tree_workloads = graphs.graphs, graphs.workload
     if step.blend and val is not graphs:
         tree_graphs, tree_workloads = [*tree_graphs, *val.graphs], [*tree_workloads, *val.workload]
-    rounds = 0 if mean_only and step.blend else step.correction
-    trained.correction = fit_correction(trained.net, finetune.correction, rounds,
+    trained.correction = fit_correction(trained.net, finetune.correction, step.correction,
                                         tree_graphs, tree_workloads, train.seed, step.blend,
                                         trained.rows_for(step))
     trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)

@@ -179,8 +179,6 @@ def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
      "train.keep must be one of best, last, got 'first'"),
     (lambda raw: raw["calibrate"].update(objective="mse"),
      "calibrate.objective must be one of ece, nll, got 'mse'"),
-    (lambda raw: raw["calibrate"].update(warmup_folds=1),
-     "calibrate.warmup_folds is a number of folds, 0 (the held-back share) or 2 or more, got 1"),
     (lambda raw: raw["tune"]["calo_search"].update(eps_greedy=2),
      "tune.calo_search.eps_greedy is a share of each round's picks, in [0, 1], got 2"),
 ])

@@ -161,53 +161,6 @@ def test_a_blended_refit_is_the_geometric_mean_of_the_refit_and_the_width_before
         (temperature["off"] * temperature["replace"]) ** 0.5)
 
 
-def test_the_out_of_fold_refit_checks_every_probe_on_a_fine_tune_that_did_not_learn_it(
-        params, pretrained, monkeypatch):
-    """calibrate.warmup_folds: each fold of probes is predicted by the donor fine-tuned on the
-    other folds (as the whole warm-up's fine-tune is, by the same row of the rule), and the
-    temperature is refitted on all of those predictions, not on the held-back share."""
-    import copy
-
-    import numpy as np
-
-    from calo.dataset import fold_of
-    from calo.evaluation import predictive
-    from calo.models import calibration
-    from calo.models.calibration import confidence_levels, refit_temperature
-    from calo.records import iter_records
-    from calo.tasks.evaluate import _held_back, fine_tuned, out_of_fold
-    from calo.tasks.finetune import adapt
-
-    monkeypatch.setattr(calibration, "MIN_GROUP_POINTS", 2)
-    donor = TrainedModel.load(paths.model_dir(DONOR))
-    donor.temperature *= 1e-3  # so that a refit is taken whatever this machine measured
-    warm = [r for r in iter_records(paths.records_dir(TARGET)) if r.latency is not None]
-    graphs = graph_set(donor.graph_kind, warm, stores=params.finetune.corrects)
-    settings = params.override({"calibrate.warmup_folds": 2, "calibrate.warmup_refit": "replace",
-                                "calibrate.warmup_donor_fit": False})
-    targets = {target_key(r.record.target) for r in warm}
-    size = _held_back(graphs, settings.split)[0].per_workload()
-    unseen = out_of_fold(donor, settings, graphs, targets, 2, size)
-    assert np.array_equal(unseen[0], graphs.labels().double().numpy())  # every probe, in order
-    fold = np.array([fold_of(w, r, 2) for w, r in zip(graphs.workload, graphs.record)])
-    assert 0 < fold.sum() < len(fold)
-    alone = copy.deepcopy(donor)  # fold 0 as a fine-tune on fold 1 alone predicts it
-    adapt(alone, settings.finetune, settings.train, *_held_back(graphs.select(fold == 1),
-                                                                settings.split), targets,
-          size=size)
-    _, mu, scale, _ = predictive(alone.net, graphs.select(fold == 0))
-    assert unseen[1][fold == 0] == pytest.approx(mu)
-    assert unseen[2][fold == 0] == pytest.approx(scale)
-
-    before = fine_tuned(donor, settings.override({"calibrate.warmup_refit": "off"}), graphs,
-                        warm)[0].temperature
-    tuned, report = fine_tuned(donor, settings, graphs, warm)
-    expected = refit_temperature(unseen, before, confidence_levels(settings.calibrate.levels))
-    assert expected != pytest.approx(before)
-    assert tuned.temperature == pytest.approx(expected)
-    assert report["crossfit_s"] > 0
-
-
 def test_the_donors_refit_on_every_probe_starts_the_fine_tune_where_asked(
         params, pretrained, monkeypatch):
     """calibrate.warmup_donor_fit: the donor's temperature refitted on all warm-up probes (a
