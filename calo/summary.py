@@ -62,4 +62,8 @@ def format_summary(settings: cfg.Settings, devices: list[str] | None = None) -> 
                          f"{_num(s['geomean_trials_ratio_calo_vs_xgb'], '.2f')} "
                          f"(reached: CALO {s['calo_reached_quality']}, XGBoost "
                          f"{s['xgb_reached_quality']} of {s['workloads']})")
+            # A reader takes one search's ratio for the model's speed-up; it is one draw, and
+            # XGBModel picks at random until it has its warm-up of measurements.
+            lines.append("  each one search, one draw (XGBoost picks at random until its warm-up): "
+                         "benchmarks/ttq.py compares over seeds")
     return "\n".join(lines)

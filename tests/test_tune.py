@@ -270,3 +270,5 @@ def test_the_summary_fits_a_screen_and_names_the_runs_figures(params, tuned, pro
     calo = report["workloads"]["mm-64"]["calo"]
     assert f"{calo['best_latency_us']:.1f}" in text
     assert f"version {promoted['version']}" in text and "ECE before" in text
+    # one search's ratio is not the model's speed-up, and the summary says so
+    assert "each one search, one draw" in text
