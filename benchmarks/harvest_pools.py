@@ -46,8 +46,9 @@ HELD_OUT: dict[str, dict] = {
     "conv2d-transpose@12x12x48x24": {"H": 12, "W": 12, "CI": 48, "CO": 24},
     "transpose-batch-matmul@96x6x48": {"seq_len": 96, "n_head": 6, "n_dim": 48},
     "dcn-cross@384x192": {"B": 384, "D": 192},
-    # A second eight, measured on the Emerald Rapids pool only (benchmarks/data/README.md):
-    # more workloads narrow what one workload's top-1 moves a mean by.
+    # A second eight, measured on the Emerald Rapids pools and in the *-second pools of the two
+    # CPU devices (benchmarks/data/README.md): more workloads narrow what one workload's top-1
+    # moves a mean by.
     "gelu-mlp@48x384x384": {"B": 48, "D": 384, "H": 384},
     "group-conv2d@20x20x96": {"H": 20, "W": 20, "CI": 96, "CO": 96, "groups": 12},
     "conv1d@512x48": {"L": 512, "CI": 48, "CO": 48},
