@@ -64,6 +64,6 @@ def format_summary(settings: cfg.Settings, devices: list[str] | None = None) -> 
                          f"{s['xgb_reached_quality']} of {s['workloads']})")
             # A reader takes one search's ratio for the model's speed-up; it is one draw, and
             # XGBModel picks at random until it has its warm-up of measurements.
-            lines.append("  each one search, one draw (XGBoost picks at random until its warm-up): "
-                         "benchmarks/ttq.py compares over seeds")
+            lines.append("  each row is one search, one draw (XGBoost picks at random until its "
+                         "warm-up): benchmarks/ttq.py compares over seeds")
     return "\n".join(lines)

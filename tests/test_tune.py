@@ -271,4 +271,4 @@ def test_the_summary_fits_a_screen_and_names_the_runs_figures(params, tuned, pro
     assert f"{calo['best_latency_us']:.1f}" in text
     assert f"version {promoted['version']}" in text and "ECE before" in text
     # one search's ratio is not the model's speed-up, and the summary says so
-    assert "each one search, one draw" in text
+    assert "each row is one search, one draw" in text
