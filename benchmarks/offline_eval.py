@@ -377,6 +377,84 @@ def print_across_donors(summary: dict) -> None:
           f"{', '.join(map(str, summary['won_by_each']))}")
 
 
+def joined(reports: list[dict]) -> dict:
+    """Reports of one evaluation (split, settings, donor) on different held-out pools of the
+    same devices, e.g. the unseen-shape split's two halves (`--held-out` their second pools):
+    the i-th pool each report scored joined with the i-th of the others, one cell per warm-up,
+    workload by workload. Eight workloads leave each cell's top-1 a standard error of 0.06 to
+    0.13; joined, the comparison with TVM's models rests on all of them. Means over the joined
+    workloads (the evolved candidates' weighted by each report's workloads, as the reports keep
+    only their means), the paired per-workload comparison on all candidates, and the
+    comparisons won (calo ahead of the best TVM model's mean)."""
+    first = reports[0]
+    for report in reports[1:]:
+        if not same_run(report, first):
+            raise SystemExit("--join: the reports differ in split, settings or donor: not one "
+                             "evaluation")
+
+    def pools(report: dict) -> list[dict[str, dict]]:
+        """Each pool's cells (warm-up label -> result), in the order the report scored them."""
+        out: dict[str, dict[str, dict]] = {}
+        for cell, result in report["splits"].items():
+            out.setdefault(result["records"], {})[cell.split("@", 1)[1]] = result
+        return list(out.values())
+
+    layouts = [pools(r) for r in reports]
+    if len({len(layout) for layout in layouts}) > 1:
+        raise SystemExit("--join: the reports scored different numbers of pools")
+    table, won = {}, {"all": 0, "after_warmup": 0}
+    for group in zip(*layouts):
+        for size in [s for s in group[0] if all(s in cells for cells in group)]:
+            results = [cells[size] for cells in group]
+            per: dict[str, dict] = {}
+            for result in results:
+                if set(per) & set(result["per_workload"]):
+                    raise SystemExit(f"--join: {min(set(per) & set(result['per_workload']))} "
+                                     "is held out in more than one report")
+                per.update(result["per_workload"])
+            models = set.intersection(*(set(r["overall"]) for r in results))
+            if "calo" not in models or len(models) < 2:
+                continue
+            weights = np.array([len(r["per_workload"]) for r in results], float)
+            parts = {"all": {m: {k: float(np.mean([per[w][m][k] for w in per]))
+                                 for k in SUMMARY} for m in models}}
+            if all(set(models) <= set(r["by_source"].get("evolved", {})) for r in results):
+                parts["evolved"] = {m: {k: float(np.average(
+                    [r["by_source"]["evolved"][m][k] for r in results], weights=weights))
+                    for k in SUMMARY} for m in models}
+            for means in parts.values():
+                for key in SUMMARY:
+                    ahead = means["calo"][key] > max(v[key] for m, v in means.items()
+                                                     if m != "calo")
+                    won["all"] += ahead
+                    won["after_warmup"] += ahead and size != "0"
+            name = "+".join(r["records"] for r in results) + f"@{size}"
+            table[name] = {"workloads": len(per), **parts, "paired": paired({"per_workload": per})}
+    comparisons = len(SUMMARY) * sum(part in c for c in table.values()
+                                     for part in ("all", "evolved"))
+    return {"cells": table, "comparisons": comparisons, "won": won["all"],
+            "won_after_warmup": won["after_warmup"]}
+
+
+def print_joined(summary: dict) -> None:
+    """The table of `joined`: calo | the best TVM model per figure, and the paired comparison."""
+    print("\njoined pools: calo | the best TVM model (tau / top-1 / top-5, mean over workloads)")
+    for cell, row in summary["cells"].items():
+        for part in ("all", "evolved"):
+            if part not in row:
+                continue
+            means = row[part]
+            best = {k: max(v[k] for m, v in means.items() if m != "calo") for k in SUMMARY}
+            print(f"{cell} ({row['workloads']} workloads) {part:<8} "
+                  + " / ".join(f"{means['calo'][k]:.3f}" for k in SUMMARY) + " | "
+                  + " / ".join(f"{best[k]:.3f}" for k in SUMMARY))
+        print("    per workload, calo minus the best TVM model: " + "; ".join(
+            f"{k} {v['mean_diff']:+.3f} +- {v['se']:.3f} vs {v['rival']}, "
+            f"{v['ahead']}/{v['workloads']}" for k, v in row["paired"].items()))
+    print(f"won of {summary['comparisons']}: {summary['won']} ({summary['won_after_warmup']} "
+          "after a warm-up)")
+
+
 def same_run(a: dict, b: dict) -> bool:
     """Two reports of one evaluation: split, settings, donor pool and the donor model itself
     (its validation NLL; its training time differs from run to run)."""
@@ -514,13 +592,27 @@ def main() -> None:
                              "and stop; several reports of one split whose donors differ in "
                              "their draw (--set train.seed=N): their mean over donors against "
                              "TVM's models, written to --out if given")
+    parser.add_argument("--join", action="store_true",
+                        help="with --summarize: reports of one donor and settings on different "
+                             "held-out pools of the same devices (e.g. --held-out the split's "
+                             "second pools), each device's pools joined into one comparison "
+                             "over all their workloads, written to --out if given")
     args = parser.parse_args()
+    if args.join and not args.summarize:
+        parser.error("--join is for --summarize R1 R2 ...: reports to join")
     if args.summarize:
         missing = [str(p) for p in args.summarize if not p.is_file()]
         if missing:
             parser.error(f"--summarize: no report at {', '.join(missing)}")
         reports = [json.loads(p.read_text()) for p in args.summarize]
-        if len(reports) > 1:
+        if args.join:
+            summary = joined(reports)
+            print_joined(summary)
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(
+                    {"reports": [str(p) for p in args.summarize], **summary}, indent=1))
+        elif len(reports) > 1:
             summary = across_donors(reports)
             print_across_donors(summary)
             if args.out:

@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from offline_eval import ROOT, across_donors, code_version, main, paired
+from offline_eval import ROOT, across_donors, code_version, joined, main, paired
 
 
 def _scores(tau: float, top1: float) -> dict:
@@ -65,6 +65,48 @@ def test_across_donors_compares_the_mean_over_donors_with_the_best_tvm_models_me
 def test_across_donors_refuses_reports_of_different_splits(other, problem):
     with pytest.raises(SystemExit, match=problem):
         across_donors([_report(0.5, 0.6), other])
+
+
+def _half(pool: str, workloads: dict[str, tuple[float, float]], evolved_top1: float) -> dict:
+    """A report scoring one pool at 8 records: per workload (calo top-1, xgb top-1)."""
+    per = {w: {"calo": _scores(0.3, c), "xgb": _scores(0.2, x)} for w, (c, x) in
+           workloads.items()}
+    mean = lambda m: {k: sum(t[m][k] for t in per.values()) / len(per)  # noqa: E731
+                      for k in ("kendall_tau", "top1", "top5")}
+    evolved = {"calo": _scores(0.1, evolved_top1), "xgb": _scores(0.1, 0.5)}
+    cell = {"records": pool, "overall": {"calo": mean("calo"), "xgb": mean("xgb")},
+            "by_source": {"evolved": evolved}, "per_workload": per}
+    return {"split": "unseen-shape", "settings": [], "donor_records": 10, "device_records": False,
+            "donor": {"val_nll": 1.0}, "splits": {f"{pool}@8": cell}}
+
+
+def test_joined_pools_compare_over_all_their_workloads():
+    # Alone, the first half loses top-1 (0.5 against 0.6); joined with the second, the mean over
+    # its three workloads and the second's one is ahead (0.65 against 0.6).
+    first = _half("heldout-cpu-host", {"a": (0.5, 0.6), "b": (0.5, 0.6), "c": (0.5, 0.6)}, 0.4)
+    second = _half("heldout-cpu-host-second", {"d": (1.1, 0.6)}, 0.8)
+    summary = joined([first, second])
+    (name, cell), = summary["cells"].items()
+    assert name == "heldout-cpu-host+heldout-cpu-host-second@8" and cell["workloads"] == 4
+    assert cell["all"]["calo"]["top1"] == pytest.approx(0.65)
+    assert cell["all"]["xgb"]["top1"] == pytest.approx(0.6)
+    # evolved: each report's mean weighted by its workloads (0.4 x 3 + 0.8) / 4
+    assert cell["evolved"]["calo"]["top1"] == pytest.approx(0.5)
+    assert cell["paired"]["top1"]["ahead"] == 1 and cell["paired"]["top1"]["workloads"] == 4
+    # won: tau, top-1 and top-5 on all; on the evolved ones level with xgb, so not won
+    assert summary["comparisons"] == 6 and summary["won"] == 3
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda r: r["splits"]["heldout-cpu-host-second@8"]["per_workload"].update(
+        a=r["splits"]["heldout-cpu-host-second@8"]["per_workload"]["d"]), "a is held out in more"),
+    (lambda r: r["donor"].update(val_nll=2.0), "not one evaluation"),
+])
+def test_joined_refuses_reports_that_are_not_halves_of_one_evaluation(change, problem):
+    second = _half("heldout-cpu-host-second", {"d": (1.1, 0.6)}, 0.8)
+    change(second)
+    with pytest.raises(SystemExit, match=problem):
+        joined([_half("heldout-cpu-host", {"a": (0.5, 0.6)}, 0.4), second])
 
 
 @pytest.mark.parametrize("argv, problem", [
