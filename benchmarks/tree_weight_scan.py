@@ -1,0 +1,137 @@
+"""What weight of the device's trees would have ordered the held-out candidates best, and
+whether the fine-tune's held-back probes could have told: `offline_eval.py` run as it is, with
+two of `calo evaluate`'s steps wrapped.
+
+At every warm-up whose rule row blends throughput trees (and fits them on the warm-up alone):
+
+- probes: trees fitted on the fine-tune's share of the warm-up (the records it learns from)
+  score the records it held back, at each weight in WEIGHTS (0: the network's mean alone,
+  1: the trees alone), by the mean over workloads of tau + top-1 + top-5;
+- held out: the shipped trees (fitted on every warm-up record) and trees of TVM's kind alone
+  (finetune.correction.members [tvm]) score the held-out candidates at each weight, on all
+  of them and on the evolved ones; per workload too (all candidates), with the fine-tuned
+  network's mean epistemic variance of its candidates.
+
+Every argument is offline_eval.py's; the scan goes to --scan-out, one entry per warm-up (the
+report's name, the device, the pool's first workload and the fine-tune's records per workload
+name it):
+
+    python benchmarks/tree_weight_scan.py --scan-out F --split dev-shape \
+        --donor-model DIR --warmups 32 96 --choose random --compare --no-tvm --out REPORT
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import offline_eval  # noqa: E402,F401  (loads TVM's tensor intrinsics first)
+
+from calo.correction import MIN_THROUGHPUT, Corrector, fit_correction, store_rows  # noqa: E402
+from calo.evaluation import mean_ranking, ranking  # noqa: E402
+from calo.models.training import predict  # noqa: E402
+from calo.records import describe_target, target_key  # noqa: E402
+from calo.tasks import evaluate  # noqa: E402
+
+WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+FIGURES = ("kendall_tau", "top1", "top5")
+
+
+def trees_log_latency(trees: Corrector, rows: list, workloads: list[str]) -> np.ndarray:
+    """The trees' log latency of each program, as Corrector.adjust blends it."""
+    best = np.array([trees.best.get(w, 0.0) for w in workloads])
+    return best - np.log(np.maximum(trees.predict(rows), MIN_THROUGHPUT))
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if "--scan-out" not in args or args.index("--scan-out") + 1 >= len(args):
+        raise SystemExit("tree_weight_scan.py: --scan-out F is required (then offline_eval.py's "
+                         "arguments)")
+    at = args.index("--scan-out")
+    out = Path(args[at + 1]).resolve()
+    del args[at:at + 2]
+    scan = json.loads(out.read_text()) if out.is_file() else {}
+    # Runs that differ in donor or settings (--set train.seed=N) write different reports.
+    report = Path(args[args.index("--out") + 1]).stem if "--out" in args[:-1] else "offline_eval"
+    warmup: dict = {}
+    adapt, score_held_out = evaluate.adapt, evaluate.score_held_out
+
+    def scanned_adapt(trained, finetune, train, graphs, val, targets, label=None):
+        step = finetune.step_for(graphs.per_workload(), trained.trained_on(targets),
+                                 train.fast_weight)
+        result = adapt(trained, finetune, train, graphs, val, targets, label)
+        warmup.clear()
+        if not (step.blend and step.correction and not step.donor_records and val is not graphs):
+            return result
+        mu = predict(trained.net, val.graphs).gamma.double().numpy()
+        y, rows = val.labels().double().numpy(), store_rows(val.graphs)
+        tvm = dataclasses.replace(finetune.correction, members=("tvm",))
+        probes = {}
+        for kind, settings in (("shipped", finetune.correction), ("tvm", tvm)):
+            trees = fit_correction(trained.net, settings, step.correction, graphs.graphs,
+                                   graphs.workload, train.seed, step.blend)
+            t = trees_log_latency(trees, rows, val.workload)
+            for w in WEIGHTS:
+                probes[f"{kind}@{w}"] = mean_ranking(y, (1 - w) * mu + w * t, val.workload)
+        counts = {w: graphs.workload.count(w) + val.workload.count(w) for w in set(graphs.workload)}
+        warmup.update(per_workload=graphs.per_workload(), probes=probes, probe_records=len(val),
+                      counts=counts,
+                      weight=step.blend,
+                      tvm=fit_correction(trained.net, tvm, step.correction,
+                                         [*graphs.graphs, *val.graphs],
+                                         [*graphs.workload, *val.workload], train.seed,
+                                         step.blend))
+        return result
+
+    def scanned_score(trained, held, graphs_of, levels, baselines=None):
+        result = score_held_out(trained, held, graphs_of, levels, baselines)
+        if not warmup:
+            return result
+        table: dict[str, dict[str, list]] = {}
+        per_workload: dict[str, dict] = {}
+        for name, group in held.items():
+            graphs = graphs_of(name)
+            nig = predict(trained.net, graphs.graphs)
+            mu = nig.gamma.double().numpy()
+            per_workload[name] = {"epistemic_var": float(nig.epistemic_var.mean()),
+                                  "warmup_records": warmup["counts"].get(name, 0)}
+            latency = np.array([r.latency for r in group])
+            evolved = np.flatnonzero(np.array([r.source for r in group]) == "evolved")
+            rows = store_rows(graphs.graphs)
+            for kind, trees in (("shipped", trained.correction), ("tvm", warmup["tvm"])):
+                t = trees_log_latency(trees, rows, graphs.workload)
+                for w in WEIGHTS:
+                    order = (1 - w) * mu + w * t
+                    cell = table.setdefault(f"{kind}@{w}", {})
+                    cell.setdefault("all", []).append(ranking(latency, order))
+                    per_workload[name][f"{kind}@{w}"] = {f: cell["all"][-1][f] for f in FIGURES}
+                    if len(evolved) >= 2:
+                        cell.setdefault("evolved", []).append(
+                            ranking(latency[evolved], order[evolved]))
+        held_out = {key: {part: {f: float(np.nanmean([r[f] for r in scores])) for f in FIGURES}
+                          for part, scores in parts.items()} for key, parts in table.items()}
+        first = next(iter(held.values()))[0]
+        device = ("" if first.record.target is None
+                  else describe_target(target_key(first.record.target)) + " ")
+        name = f"{report}: {device}{first.workload_name}@{warmup['per_workload']:.0f}"
+        scan[name] = {"weight": warmup["weight"], "probe_records": warmup["probe_records"],
+                      "probes": warmup["probes"], "held_out": held_out,
+                      "per_workload": per_workload}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(scan, indent=1))
+        return result
+
+    evaluate.adapt, evaluate.score_held_out = scanned_adapt, scanned_score
+    sys.argv = ["offline_eval.py", *args]
+    runpy.run_path(str(Path(__file__).parent / "offline_eval.py"), run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
