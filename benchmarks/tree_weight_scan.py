@@ -18,12 +18,18 @@ name it):
 
     python benchmarks/tree_weight_scan.py --scan-out F --split dev-shape \
         --donor-model DIR --warmups 32 96 --choose random --compare --no-tvm --out REPORT
+
+It ends with a table of every entry in F (`--scan-out F --show` prints it without running): the
+held-out sum of tau + top-1 + top-5 on all candidates and on the evolved ones at each weight, the
+rule's in brackets, the weight the probes choose and TVM's kind alone at the rule's weight, each
+with its change from the rule's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -49,6 +55,52 @@ def trees_log_latency(trees: Corrector, rows: list, workloads: list[str]) -> np.
     return best - np.log(np.maximum(trees.predict(rows), MIN_THROUGHPUT))
 
 
+def held_out_sum(cell: dict) -> float:
+    """tau + top-1 + top-5 on all held-out candidates and on the evolved ones."""
+    return sum(part[f] for part in cell.values() for f in FIGURES)
+
+
+def summary_rows(scan: dict) -> list[dict]:
+    """Per entry: the held-out sum at each weight, the probes' choice (the rule's weight on a
+    tie) and TVM's kind alone at the rule's weight."""
+    rows = []
+    for name, entry in scan.items():
+        rule = float(entry["weight"])
+        sums = {w: held_out_sum(entry["held_out"][f"shipped@{w}"]) for w in WEIGHTS}
+        probes = {w: sum(entry["probes"][f"shipped@{w}"][f] for f in FIGURES) for w in WEIGHTS}
+        choice = rule if probes[rule] >= max(probes.values()) else max(WEIGHTS, key=probes.get)
+        rows.append({"entry": name, "rule": rule, "sums": sums, "probes_choose": choice,
+                     "tvm": held_out_sum(entry["held_out"][f"tvm@{rule}"])})
+    return rows
+
+
+def entry_label(name: str) -> str:
+    """'REPORT CPU FIRST-WORKLOAD @N' out of the key the scan writes: the report, the device's
+    CPU, the pool's first workload and the fine-tune's records per workload."""
+    report, rest = name.split(": ", 1)
+    cpu = re.search(r"-mcpu=(\S+)", rest)
+    pool, per_workload = rest.rsplit("@", 1)
+    first = re.sub(r"^(llvm|cuda)(\s+-\S+)*\s+", "", pool).split(" @ ")[0]
+    return f"{report}  {cpu.group(1) if cpu else '-'}  {first}  @{per_workload}"
+
+
+def print_summary(scan: dict) -> None:
+    print("held-out tau + top-1 + top-5 (all and evolved candidates) at each weight of the "
+          "trees, the rule's in brackets; @N: the fine-tune's records per workload")
+    rows = summary_rows(scan)
+    width = max(len(entry_label(r["entry"])) for r in rows)
+    print(f"{'entry':<{width}}" + "".join(f"{w:>9g}" for w in WEIGHTS)
+          + f"  {'probes choose':<16}  TVM's kind alone")
+    for row in rows:
+        at_rule = row["sums"][row["rule"]]
+        cells = "".join((f"[{s:.3f}]" if w == row["rule"] else f"{s:.3f} ").rjust(9)
+                        for w, s in row["sums"].items())
+        choice = row["probes_choose"]
+        chosen = f"{choice:g} ({row['sums'][choice] - at_rule:+.3f})"
+        print(f"{entry_label(row['entry']):<{width}}{cells}  {chosen:<16}  "
+              f"{row['tvm']:.3f} ({row['tvm'] - at_rule:+.3f})")
+
+
 def main() -> None:
     args = sys.argv[1:]
     if "--scan-out" not in args or args.index("--scan-out") + 1 >= len(args):
@@ -58,6 +110,11 @@ def main() -> None:
     out = Path(args[at + 1]).resolve()
     del args[at:at + 2]
     scan = json.loads(out.read_text()) if out.is_file() else {}
+    if args == ["--show"]:
+        if not scan:
+            raise SystemExit(f"tree_weight_scan.py: no scan in {out}")
+        print_summary(scan)
+        return
     # Runs that differ in donor or settings (--set train.seed=N) write different reports.
     report = Path(args[args.index("--out") + 1]).stem if "--out" in args[:-1] else "offline_eval"
     warmup: dict = {}
@@ -131,6 +188,8 @@ def main() -> None:
     evaluate.adapt, evaluate.score_held_out = scanned_adapt, scanned_score
     sys.argv = ["offline_eval.py", *args]
     runpy.run_path(str(Path(__file__).parent / "offline_eval.py"), run_name="__main__")
+    if scan:
+        print_summary(scan)
 
 
 if __name__ == "__main__":
