@@ -605,16 +605,11 @@ def main() -> None:
         if missing:
             parser.error(f"--summarize: no report at {', '.join(missing)}")
         reports = [json.loads(p.read_text()) for p in args.summarize]
-        if args.join:
-            summary = joined(reports)
-            print_joined(summary)
-            if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(
-                    {"reports": [str(p) for p in args.summarize], **summary}, indent=1))
-        elif len(reports) > 1:
-            summary = across_donors(reports)
-            print_across_donors(summary)
+        if args.join or len(reports) > 1:
+            summarize, show = ((joined, print_joined) if args.join
+                               else (across_donors, print_across_donors))
+            summary = summarize(reports)
+            show(summary)
             if args.out:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(
