@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import offline_eval  # noqa: E402,F401  (loads TVM's tensor intrinsics first)
 
-from calo.correction import MIN_THROUGHPUT, Corrector, fit_correction, store_rows  # noqa: E402
+from calo.correction import fit_correction, store_rows  # noqa: E402
 from calo.evaluation import mean_ranking, ranking  # noqa: E402
 from calo.models.training import predict  # noqa: E402
 from calo.records import describe_target, target_key  # noqa: E402
@@ -47,12 +47,6 @@ from calo.tasks import evaluate  # noqa: E402
 
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 FIGURES = ("kendall_tau", "top1", "top5")
-
-
-def trees_log_latency(trees: Corrector, rows: list, workloads: list[str]) -> np.ndarray:
-    """The trees' log latency of each program, as Corrector.adjust blends it."""
-    best = np.array([trees.best.get(w, 0.0) for w in workloads])
-    return best - np.log(np.maximum(trees.predict(rows), MIN_THROUGHPUT))
 
 
 def held_out_sum(cell: dict) -> float:
@@ -134,7 +128,7 @@ def main() -> None:
         for kind, settings in (("shipped", finetune.correction), ("tvm", tvm)):
             trees = fit_correction(trained.net, settings, step.correction, graphs.graphs,
                                    graphs.workload, train.seed, step.blend)
-            t = trees_log_latency(trees, rows, val.workload)
+            t = trees.log_latency(rows, val.workload)
             for w in WEIGHTS:
                 probes[f"{kind}@{w}"] = mean_ranking(y, (1 - w) * mu + w * t, val.workload)
         counts = {w: graphs.workload.count(w) + val.workload.count(w) for w in set(graphs.workload)}
@@ -163,7 +157,7 @@ def main() -> None:
             evolved = np.flatnonzero(np.array([r.source for r in group]) == "evolved")
             rows = store_rows(graphs.graphs)
             for kind, trees in (("shipped", trained.correction), ("tvm", warmup["tvm"])):
-                t = trees_log_latency(trees, rows, graphs.workload)
+                t = trees.log_latency(rows, graphs.workload)
                 for w in WEIGHTS:
                     order = (1 - w) * mu + w * t
                     cell = table.setdefault(f"{kind}@{w}", {})

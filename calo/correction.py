@@ -189,15 +189,19 @@ class Corrector:
         mu = np.asarray(mu, np.float64)
         if not len(rows):
             return mu
-        out = self.predict(rows)
         if not self.blend:
-            return mu + out
+            return mu + self.predict(rows)
+        trees = self.log_latency(rows, workloads)
+        ordered = np.array([self.orders(w) for w in workloads])
+        return np.where(ordered, (1 - self.blend) * mu + self.blend * trees, mu)
+
+    def log_latency(self, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
+        """Throughput trees' log latency of each program: its workload's best measured log
+        latency less the log of the predicted normalized throughput."""
         # A workload of no measurement has no best to anchor the trees' log latency; any
         # constant orders its candidates alike.
         best = np.array([self.best.get(w, 0.0) for w in workloads])
-        trees = best - np.log(np.maximum(out, MIN_THROUGHPUT))
-        ordered = np.array([self.orders(w) for w in workloads])
-        return np.where(ordered, (1 - self.blend) * mu + self.blend * trees, mu)
+        return best - np.log(np.maximum(self.predict(rows), MIN_THROUGHPUT))
 
     def orders(self, workload: str) -> bool:
         """Whether it moves this workload's candidates: residual trees move every one;

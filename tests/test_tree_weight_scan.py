@@ -2,7 +2,7 @@ import sys
 
 import numpy as np
 import pytest
-from tree_weight_scan import WEIGHTS, entry_label, main, summary_rows, trees_log_latency
+from tree_weight_scan import WEIGHTS, entry_label, main, summary_rows
 
 from calo import store_features
 from calo.correction import Corrector
@@ -17,7 +17,7 @@ def test_the_scan_blends_as_the_shipped_order_does(params):
     trees = Corrector.fit(params.finetune.correction, 5, rows, throughput, blend=0.75,
                           best={"a": -3.0, "b": -5.0})
     mu = rng.normal(size=40)
-    scanned = 0.25 * mu + 0.75 * trees_log_latency(trees, rows, workloads)
+    scanned = 0.25 * mu + 0.75 * trees.log_latency(rows, workloads)
     assert np.allclose(trees.adjust(mu, rows, workloads), scanned)
 
 
