@@ -548,11 +548,12 @@ def main() -> None:
                              "or store directories, any TVM database), e.g. another device's "
                              "suite pool for transfer to that device")
     parser.add_argument("--selection-pool", type=Path, default=None, metavar="POOL",
-                        help="selection splits: score the devices other than cpu-host from "
-                             "this pool (packed .tar.gz or a store directory) instead of their "
+                        help="selection splits: score the one device of --devices from "
+                             "this pool (packed .tar.gz or a store directory) instead of its "
                              "suite pool, e.g. benchmarks/data/selection-cpu-generic-1core.tar.gz"
                              ", the split's held-out workloads measured deep enough for "
-                             "warm-ups past 8 records")
+                             "warm-ups past 8 records, or the selection-searched-* pools, "
+                             "measured as the unseen-shape split's pools are")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a params.yaml value, e.g. train.rank_weight=0")
     parser.add_argument("--donor-pool", type=Path, default=POOLS["cpu-host"],
@@ -624,9 +625,9 @@ def main() -> None:
     if args.device_records and (args.split != "unseen-shape" or args.held_out):
         parser.error("--device-records is for the unseen-shape split's own held-out pools")
     if args.selection_pool and not (args.split.startswith("dev")
-                                    and set(args.devices or []) - {"cpu-host"}):
+                                    and len(args.devices or []) == 1):
         parser.error("--selection-pool is for a selection split (--split dev or dev-shape) "
-                     "with --devices naming a device other than cpu-host")
+                     "with --devices naming the one device it was measured on")
     if args.selection_pool and not args.selection_pool.exists():
         parser.error(f"--selection-pool: no pool at {args.selection_pool}")
     donor_model = args.donor_model.resolve() if args.donor_model else None
@@ -661,11 +662,11 @@ def main() -> None:
         # On the donor's device, its pool's held-out workloads; on another device, the same
         # workloads in that device's pool (a new device too).
         for device in args.devices or ["cpu-host"]:
-            if device == "cpu-host":
-                store, name = host, args.split
-            elif args.selection_pool:
+            if args.selection_pool:
                 store = open_pool(args.selection_pool, pools)
                 name = f"{args.split}-{pool_label(args.selection_pool)}"
+            elif device == "cpu-host":
+                store, name = host, args.split
             else:
                 store, name = unpack(POOLS[device], pools), f"{args.split}-{device}"
             counts = records.count_by_workload(store)

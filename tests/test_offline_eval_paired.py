@@ -112,6 +112,8 @@ def test_joined_refuses_reports_that_are_not_halves_of_one_evaluation(change, pr
 @pytest.mark.parametrize("argv, problem", [
     (["--selection-pool", "p.tar.gz"], "is for a selection split"),
     (["--split", "dev-shape", "--selection-pool", "p.tar.gz"], "is for a selection split"),
+    (["--split", "dev-shape", "--devices", "cpu-host", "cpu-generic-1core", "--selection-pool",
+      "p.tar.gz"], "the one device it was measured on"),
     (["--split", "dev", "--devices", "cpu-generic-1core", "--selection-pool", "nowhere.tar.gz"],
      "no pool at nowhere.tar.gz"),
 ])
