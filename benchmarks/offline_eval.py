@@ -659,8 +659,9 @@ def main() -> None:
         runs = [(n, args.choose) for n in args.warmups or DEV_WARMUPS]
         least = max(n for n, _ in runs) + DEV_MIN_HELD
         held_out = {}
-        # On the donor's device, its pool's held-out workloads; on another device, the same
-        # workloads in that device's pool (a new device too).
+        # The held-out workloads from --selection-pool where given (its one device); else on
+        # the donor's device its pool's, on another device the same workloads in that
+        # device's pool (a new device too).
         for device in args.devices or ["cpu-host"]:
             if args.selection_pool:
                 store = open_pool(args.selection_pool, pools)
