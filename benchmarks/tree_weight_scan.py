@@ -22,7 +22,10 @@ name it):
 It ends with a table of every entry in F (`--scan-out F --show` prints it without running): the
 held-out sum of tau + top-1 + top-5 on all candidates and on the evolved ones at each weight, the
 rule's in brackets, the weight the probes choose and TVM's kind alone at the rule's weight, each
-with its change from the rule's.
+with its change from the rule's. `--scan-out F --show --join G` prints the table of F and G
+joined: the same runs (donors, settings, devices, warm-ups, in the same order) on a second
+pool's workloads, each entry of F with G's in the same place, as one scan of both pools'
+workloads (each held-out figure their mean, weighted by the workloads each scored).
 """
 
 from __future__ import annotations
@@ -78,6 +81,42 @@ def entry_label(name: str) -> str:
     return f"{report}  {cpu.group(1) if cpu else '-'}  {first}  @{per_workload}"
 
 
+def entry_run(name: str) -> tuple[str, str]:
+    """The report and the device target out of an entry's key: what two pools' runs share."""
+    report, rest = name.split(": ", 1)
+    return report, rest.rsplit(" ", 1)[0] if " " in rest else ""
+
+
+def joined(first: dict, second: dict) -> dict:
+    """Two scans of the same runs on two pools' workloads as one: entries paired in order, each
+    held-out figure the mean of the two weighted by the workloads each entry scored. The rule's
+    weight is the second's (a later run, the rule as it is now): the weight only orders, so a
+    fine-tune is the same under any rule weight, and every weight is scanned."""
+    if len(first) != len(second):
+        raise SystemExit(f"tree_weight_scan.py: --join: {len(first)} entries against "
+                         f"{len(second)}; the two scans must be of the same runs")
+    out = {}
+    for (name_a, a), (name_b, b) in zip(first.items(), second.items()):
+        if entry_run(name_a) != entry_run(name_b):
+            raise SystemExit(f"tree_weight_scan.py: --join: '{name_a}' and '{name_b}' are not "
+                             "the same run (their report and device must match)")
+        n_a, n_b = len(a["per_workload"]), len(b["per_workload"])
+        held_out = {key: {part: {f: (n_a * a["held_out"][key][part][f]
+                                     + n_b * b["held_out"][key][part][f]) / (n_a + n_b)
+                                 for f in FIGURES}
+                          for part in a["held_out"][key]}
+                    for key in a["held_out"]}
+        probes = {key: {f: (a["probe_records"] * a["probes"][key][f]
+                            + b["probe_records"] * b["probes"][key][f])
+                        / (a["probe_records"] + b["probe_records"]) for f in FIGURES}
+                  for key in a["probes"]}
+        out[f"{name_a} + {n_b} workloads"] = {
+            "weight": b["weight"], "probe_records": a["probe_records"] + b["probe_records"],
+            "probes": probes, "held_out": held_out,
+            "per_workload": {**a["per_workload"], **b["per_workload"]}}
+    return out
+
+
 def print_summary(scan: dict) -> None:
     print("held-out tau + top-1 + top-5 (all and evolved candidates) at each weight of the "
           "trees, the rule's in brackets; @N: the fine-tune's records per workload")
@@ -104,9 +143,16 @@ def main() -> None:
     out = Path(args[at + 1]).resolve()
     del args[at:at + 2]
     scan = json.loads(out.read_text()) if out.is_file() else {}
-    if args == ["--show"]:
+    if args[:1] == ["--show"]:
         if not scan:
             raise SystemExit(f"tree_weight_scan.py: no scan in {out}")
+        if args[1:2] == ["--join"] and len(args) == 3:
+            other = Path(args[2])
+            if not other.is_file():
+                raise SystemExit(f"tree_weight_scan.py: --join: no scan in {other}")
+            scan = joined(scan, json.loads(other.read_text()))
+        elif len(args) > 1:
+            raise SystemExit("tree_weight_scan.py: --show takes only --join G")
         print_summary(scan)
         return
     # Runs that differ in donor or settings (--set train.seed=N) write different reports.
