@@ -84,7 +84,8 @@ def entry_label(name: str) -> str:
 def entry_run(name: str) -> tuple[str, str]:
     """The report and the device target out of an entry's key: what two pools' runs share."""
     report, rest = name.split(": ", 1)
-    return report, rest.rsplit(" ", 1)[0] if " " in rest else ""
+    pool = rest.split(" @ ")[0]  # a workload of a several-target pool: 'name @ target'
+    return report, pool.rsplit(" ", 1)[0] if " " in pool else ""
 
 
 def joined(first: dict, second: dict) -> dict:

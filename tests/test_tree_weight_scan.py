@@ -2,7 +2,7 @@ import sys
 
 import numpy as np
 import pytest
-from tree_weight_scan import WEIGHTS, entry_label, main, summary_rows
+from tree_weight_scan import WEIGHTS, entry_label, entry_run, joined, main, summary_rows
 
 from calo import store_features
 from calo.correction import Corrector
@@ -31,7 +31,7 @@ def scan_entry(held: dict[float, float], probes: dict[float, float], rule: float
     def cell(value: float) -> dict:
         return {"kendall_tau": value, "top1": 0.0, "top5": 0.0}
 
-    return {"weight": rule,
+    return {"weight": rule, "probe_records": 10, "per_workload": {},
             "probes": {f"shipped@{w}": cell(probes.get(w, 0.0)) for w in WEIGHTS},
             "held_out": {f"{kind}@{w}": {"all": cell(held.get(w, 0.0)),
                                          "evolved": cell(held.get(w, 0.0))}
@@ -61,3 +61,27 @@ def test_show_refuses_a_missing_scan(monkeypatch, tmp_path):
                                       str(tmp_path / "none.json"), "--show"])
     with pytest.raises(SystemExit, match="no scan in"):
         main()
+
+
+def test_two_pools_scans_join_weighted_by_the_workloads_each_scored():
+    first = scan_entry({0.5: 1.0}, {0.5: 1.0}, rule=0.25)
+    first["per_workload"] = {"a": {}}
+    second = scan_entry({0.5: 0.4}, {0.5: 0.0}, rule=0.5)
+    second["per_workload"] = {"b": {}, "c": {}}
+    (name, entry), = joined({"r: llvm -mcpu=znver3 -num-cores=2 a@26": first},
+                            {"r: llvm -mcpu=znver3 -num-cores=2 b@25": second}).items()
+    assert entry["held_out"]["shipped@0.5"]["all"]["kendall_tau"] == pytest.approx(0.6)
+    assert entry["probes"]["shipped@0.5"]["kendall_tau"] == pytest.approx(0.5)
+    assert entry["weight"] == 0.5 and set(entry["per_workload"]) == {"a", "b", "c"}
+    assert summary_rows({name: entry})[0]["sums"][0.5] == pytest.approx(1.2)
+
+
+def test_a_join_refuses_scans_of_other_runs():
+    entry = scan_entry({}, {}, rule=0.5)
+    with pytest.raises(SystemExit, match="not the same run"):
+        joined({"r: llvm -mcpu=znver3 -num-cores=2 a@26": entry},
+               {"r: llvm -mcpu=x86-64 -num-cores=1 b@26": entry})
+    with pytest.raises(SystemExit, match="1 entries against 2"):
+        joined({"r: a@26": entry}, {"r: b@26": entry, "r: b@76": entry})
+    assert entry_run("sel: llvm -mcpu=znver4 -num-cores=2 sdp-attention @ llvm -mcpu=znver4 "
+                     "-num-cores=2@25") == ("sel", "llvm -mcpu=znver4 -num-cores=2")
