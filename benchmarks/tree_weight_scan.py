@@ -12,6 +12,10 @@ At every warm-up whose rule row blends throughput trees (and fits them on the wa
   of them and on the evolved ones; per workload too (all candidates), with the fine-tuned
   network's mean epistemic variance of its candidates.
 
+Zero-shot (a warm-up of 0 records), where the donor keeps trees fitted on its own records
+(calo.correction.donor_trees), those trees score the held-out candidates at each weight; no
+probes, no trees of TVM's kind (`-` in the table).
+
 Every argument is offline_eval.py's; the scan goes to --scan-out, one entry per warm-up (the
 report's name, the device, the pool's first workload and the fine-tune's records per workload
 name it):
@@ -59,15 +63,20 @@ def held_out_sum(cell: dict) -> float:
 
 def summary_rows(scan: dict) -> list[dict]:
     """Per entry: the held-out sum at each weight, the probes' choice (the rule's weight on a
-    tie) and TVM's kind alone at the rule's weight."""
+    tie) and TVM's kind alone at the rule's weight; None for either where a zero-shot entry
+    has none (no probes, the donor's trees only)."""
     rows = []
     for name, entry in scan.items():
         rule = float(entry["weight"])
         sums = {w: held_out_sum(entry["held_out"][f"shipped@{w}"]) for w in WEIGHTS}
-        probes = {w: sum(entry["probes"][f"shipped@{w}"][f] for f in FIGURES) for w in WEIGHTS}
-        choice = rule if probes[rule] >= max(probes.values()) else max(WEIGHTS, key=probes.get)
+        choice, tvm = None, entry["held_out"].get(f"tvm@{rule}")
+        if entry["probes"]:
+            probes = {w: sum(entry["probes"][f"shipped@{w}"][f] for f in FIGURES)
+                      for w in WEIGHTS}
+            choice = (rule if probes[rule] >= max(probes.values())
+                      else max(WEIGHTS, key=probes.get))
         rows.append({"entry": name, "rule": rule, "sums": sums, "probes_choose": choice,
-                     "tvm": held_out_sum(entry["held_out"][f"tvm@{rule}"])})
+                     "tvm": None if tvm is None else held_out_sum(tvm)})
     return rows
 
 
@@ -129,10 +138,10 @@ def print_summary(scan: dict) -> None:
         at_rule = row["sums"][row["rule"]]
         cells = "".join((f"[{s:.3f}]" if w == row["rule"] else f"{s:.3f} ").rjust(9)
                         for w, s in row["sums"].items())
-        choice = row["probes_choose"]
-        chosen = f"{choice:g} ({row['sums'][choice] - at_rule:+.3f})"
-        print(f"{entry_label(row['entry']):<{width}}{cells}  {chosen:<16}  "
-              f"{row['tvm']:.3f} ({row['tvm'] - at_rule:+.3f})")
+        choice, tvm = row["probes_choose"], row["tvm"]
+        chosen = "-" if choice is None else f"{choice:g} ({row['sums'][choice] - at_rule:+.3f})"
+        alone = "-" if tvm is None else f"{tvm:.3f} ({tvm - at_rule:+.3f})"
+        print(f"{entry_label(row['entry']):<{width}}{cells}  {chosen:<16}  {alone}")
 
 
 def main() -> None:
@@ -188,8 +197,22 @@ def main() -> None:
                                          step.blend))
         return result
 
+    def scanned_records(settings, model_spec, records_dir, warmup_fraction=0.0,
+                        warmup_records=None, *rest, **options):
+        # A cell without a warm-up calls no fine-tune: what it scores is the donor's.
+        warmup.clear()
+        zero_shot[:] = [not warmup_fraction and not warmup_records]
+        return evaluate_records(settings, model_spec, records_dir, warmup_fraction,
+                                warmup_records, *rest, **options)
+
     def scanned_score(trained, held, graphs_of, levels, baselines=None):
         result = score_held_out(trained, held, graphs_of, levels, baselines)
+        donor_trees = trained.correction
+        if zero_shot[0] and donor_trees is not None and donor_trees.blend \
+                and donor_trees.general:
+            # Zero-shot: the donor's trees, fitted on its records, at each weight.
+            warmup.update(per_workload=0, probes={}, probe_records=0, counts={},
+                          weight=donor_trees.blend, tvm=None)
         if not warmup:
             return result
         table: dict[str, dict[str, list]] = {}
@@ -204,6 +227,8 @@ def main() -> None:
             evolved = np.flatnonzero(np.array([r.source for r in group]) == "evolved")
             rows = store_rows(graphs.graphs)
             for kind, trees in (("shipped", trained.correction), ("tvm", warmup["tvm"])):
+                if trees is None:
+                    continue
                 t = trees.log_latency(rows, graphs.workload)
                 for w in WEIGHTS:
                     order = (1 - w) * mu + w * t
@@ -226,7 +251,9 @@ def main() -> None:
         out.write_text(json.dumps(scan, indent=1))
         return result
 
+    evaluate_records, zero_shot = evaluate.evaluate_records, [False]
     evaluate.adapt, evaluate.score_held_out = scanned_adapt, scanned_score
+    evaluate.evaluate_records = scanned_records
     sys.argv = ["offline_eval.py", *args]
     runpy.run_path(str(Path(__file__).parent / "offline_eval.py"), run_name="__main__")
     if scan:

@@ -2,7 +2,15 @@ import sys
 
 import numpy as np
 import pytest
-from tree_weight_scan import WEIGHTS, entry_label, entry_run, joined, main, summary_rows
+from tree_weight_scan import (
+    WEIGHTS,
+    entry_label,
+    entry_run,
+    joined,
+    main,
+    print_summary,
+    summary_rows,
+)
 
 from calo import store_features
 from calo.correction import Corrector
@@ -85,3 +93,14 @@ def test_a_join_refuses_scans_of_other_runs():
         joined({"r: a@26": entry}, {"r: b@26": entry, "r: b@76": entry})
     assert entry_run("sel: llvm -mcpu=znver4 -num-cores=2 sdp-attention @ llvm -mcpu=znver4 "
                      "-num-cores=2@25") == ("sel", "llvm -mcpu=znver4 -num-cores=2")
+
+
+def test_a_zero_shot_entry_has_no_probes_and_no_tvm_kind(capsys):
+    entry = scan_entry({0.0: 1.0, 0.5: 2.0}, {}, rule=0.25)
+    entry["probes"] = {}
+    entry["held_out"] = {k: v for k, v in entry["held_out"].items() if k.startswith("shipped")}
+    (row,) = summary_rows({"zs: llvm -mcpu=x86-64 -num-cores=1 gemv@0": entry})
+    assert row["probes_choose"] is None and row["tvm"] is None
+    assert row["sums"][0.5] == 4.0 and row["sums"][0.25] == 0.0
+    print_summary({"zs: llvm -mcpu=x86-64 -num-cores=1 gemv@0": entry})
+    assert capsys.readouterr().out.splitlines()[-1].split()[-2:] == ["-", "-"]
