@@ -14,7 +14,8 @@ At every warm-up whose rule row blends throughput trees (and fits them on the wa
 
 Zero-shot (a warm-up of 0 records), where the donor keeps trees fitted on its own records
 (calo.correction.donor_trees), those trees score the held-out candidates at each weight; no
-probes, no trees of TVM's kind (`-` in the table).
+probes, no trees of TVM's kind (`-` in the table). So do a small warm-up's, where the rule's
+row fits its trees on the donor's records and the warm-up together (`donor_records`).
 
 Every argument is offline_eval.py's; the scan goes to --scan-out, one entry per warm-up (the
 report's name, the device, the pool's first workload and the fine-tune's records per workload
@@ -175,7 +176,14 @@ def main() -> None:
                                  train.fast_weight)
         result = adapt(trained, finetune, train, graphs, val, targets, label)
         warmup.clear()
-        if not (step.blend and step.correction and not step.donor_records and val is not graphs):
+        if not (step.blend and step.correction and val is not graphs):
+            return result
+        counts = {w: graphs.workload.count(w) + val.workload.count(w) for w in set(graphs.workload)}
+        if step.donor_records:
+            # Trees of the donor's records and the warm-up: refitting them on the probes'
+            # complement costs what the fine-tune does, so the held-out scan alone.
+            warmup.update(per_workload=graphs.per_workload(), probes={}, probe_records=len(val),
+                          counts=counts, weight=step.blend, tvm=None)
             return result
         mu = predict(trained.net, val.graphs).gamma.double().numpy()
         y, rows = val.labels().double().numpy(), store_rows(val.graphs)
@@ -187,7 +195,6 @@ def main() -> None:
             t = trees.log_latency(rows, val.workload)
             for w in WEIGHTS:
                 probes[f"{kind}@{w}"] = mean_ranking(y, (1 - w) * mu + w * t, val.workload)
-        counts = {w: graphs.workload.count(w) + val.workload.count(w) for w in set(graphs.workload)}
         warmup.update(per_workload=graphs.per_workload(), probes=probes, probe_records=len(val),
                       counts=counts,
                       weight=step.blend,
