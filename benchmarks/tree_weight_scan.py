@@ -28,9 +28,10 @@ It ends with a table of every entry in F (`--scan-out F --show` prints it withou
 held-out sum of tau + top-1 + top-5 on all candidates and on the evolved ones at each weight, the
 rule's in brackets, the weight the probes choose and TVM's kind alone at the rule's weight, each
 with its change from the rule's. `--scan-out F --show --join G` prints the table of F and G
-joined: the same runs (donors, settings, devices, warm-ups, in the same order) on a second
-pool's workloads, each entry of F with G's in the same place, as one scan of both pools'
-workloads (each held-out figure their mean, weighted by the workloads each scored).
+joined: the same runs (reports and devices, each with the same warm-ups) on a second pool's
+workloads, each entry of F with G's of the same run and warm-up, as one scan of both pools'
+workloads (each held-out figure their mean, weighted by the workloads each scored); a run
+only one of them has is named and left out.
 """
 
 from __future__ import annotations
@@ -98,19 +99,42 @@ def entry_run(name: str) -> tuple[str, str]:
     return report, pool.rsplit(" ", 1)[0] if " " in pool else ""
 
 
+def runs(scan: dict) -> dict[tuple, list]:
+    """A scan's entries by run (report and device), each run's in the order scanned."""
+    out: dict[tuple, list] = {}
+    for name, entry in scan.items():
+        out.setdefault(entry_run(name), []).append((name, entry))
+    return out
+
+
+def paired(first: dict, second: dict) -> list[tuple[str, dict, dict]]:
+    """Entries of two scans paired by run (report and device) and, within a run, by order:
+    its warm-ups as they were scanned. A run in both must have as many entries in each; a
+    run in one only is left out (`unpaired`)."""
+    a, b = runs(first), runs(second)
+    for run in a.keys() & b.keys():
+        if len(a[run]) != len(b[run]):
+            report, device = run
+            raise SystemExit(f"tree_weight_scan.py: --join: run '{report}' on '{device}' has "
+                             f"{len(a[run])} entries in one scan and {len(b[run])} in the "
+                             "other; a run must scan the same warm-ups on both pools")
+    return [(name, x, y) for run in a if run in b for (name, x), (_, y) in zip(a[run], b[run])]
+
+
+def unpaired(first: dict, second: dict) -> list[str]:
+    """The runs ('report on device') that only one of two scans has."""
+    a, b = runs(first), runs(second)
+    return sorted(f"{report} on {device or '-'}" for report, device in a.keys() ^ b.keys())
+
+
 def joined(first: dict, second: dict) -> dict:
-    """Two scans of the same runs on two pools' workloads as one: entries paired in order, each
-    held-out figure the mean of the two weighted by the workloads each entry scored. The rule's
-    weight is the second's (a later run, the rule as it is now): the weight only orders, so a
-    fine-tune is the same under any rule weight, and every weight is scanned."""
-    if len(first) != len(second):
-        raise SystemExit(f"tree_weight_scan.py: --join: {len(first)} entries against "
-                         f"{len(second)}; the two scans must be of the same runs")
+    """Two scans of the same runs on two pools' workloads as one: entries paired by run and
+    order (`paired`), each held-out figure the mean of the two weighted by the workloads each
+    entry scored. The rule's weight is the second's (a later run, the rule as it is now): the
+    weight only orders, so a fine-tune is the same under any rule weight, and every weight is
+    scanned."""
     out = {}
-    for (name_a, a), (name_b, b) in zip(first.items(), second.items()):
-        if entry_run(name_a) != entry_run(name_b):
-            raise SystemExit(f"tree_weight_scan.py: --join: '{name_a}' and '{name_b}' are not "
-                             "the same run (their report and device must match)")
+    for name, a, b in paired(first, second):
         n_a, n_b = len(a["per_workload"]), len(b["per_workload"])
         held_out = {key: {part: {f: (n_a * a["held_out"][key][part][f]
                                      + n_b * b["held_out"][key][part][f]) / (n_a + n_b)
@@ -121,7 +145,7 @@ def joined(first: dict, second: dict) -> dict:
                             + b["probe_records"] * b["probes"][key][f])
                         / (a["probe_records"] + b["probe_records"]) for f in FIGURES}
                   for key in a["probes"]}
-        out[f"{name_a} + {n_b} workloads"] = {
+        out[f"{name} + {n_b} workloads"] = {
             "weight": b["weight"], "probe_records": a["probe_records"] + b["probe_records"],
             "probes": probes, "held_out": held_out,
             "per_workload": {**a["per_workload"], **b["per_workload"]}}
@@ -161,7 +185,12 @@ def main() -> None:
             other = Path(args[2])
             if not other.is_file():
                 raise SystemExit(f"tree_weight_scan.py: --join: no scan in {other}")
-            scan = joined(scan, json.loads(other.read_text()))
+            second = json.loads(other.read_text())
+            scan = joined(scan, second)
+            for run in unpaired(json.loads(out.read_text()), second):
+                print(f"left out, in one scan only: {run}")
+            if not scan:
+                raise SystemExit(f"tree_weight_scan.py: --join: no run of {out} is in {other}")
         elif len(args) > 1:
             raise SystemExit("tree_weight_scan.py: --show takes only --join G")
         print_summary(scan)

@@ -10,6 +10,7 @@ from tree_weight_scan import (
     main,
     print_summary,
     summary_rows,
+    unpaired,
 )
 
 from calo import store_features
@@ -86,10 +87,12 @@ def test_two_pools_scans_join_weighted_by_the_workloads_each_scored():
 
 def test_a_join_refuses_scans_of_other_runs():
     entry = scan_entry({}, {}, rule=0.5)
-    with pytest.raises(SystemExit, match="not the same run"):
-        joined({"r: llvm -mcpu=znver3 -num-cores=2 a@26": entry},
-               {"r: llvm -mcpu=x86-64 -num-cores=1 b@26": entry})
-    with pytest.raises(SystemExit, match="1 entries against 2"):
+    host, gen = ({"r: llvm -mcpu=znver3 -num-cores=2 a@26": entry},
+                 {"r: llvm -mcpu=x86-64 -num-cores=1 b@26": entry})
+    assert joined(host, gen) == {}
+    assert unpaired(host, gen) == ["r on llvm -mcpu=x86-64 -num-cores=1",
+                                   "r on llvm -mcpu=znver3 -num-cores=2"]
+    with pytest.raises(SystemExit, match="has 1 entries in one scan and 2 in the other"):
         joined({"r: a@26": entry}, {"r: b@26": entry, "r: b@76": entry})
     assert entry_run("sel: llvm -mcpu=znver4 -num-cores=2 sdp-attention @ llvm -mcpu=znver4 "
                      "-num-cores=2@25") == ("sel", "llvm -mcpu=znver4 -num-cores=2")
@@ -104,3 +107,15 @@ def test_a_zero_shot_entry_has_no_probes_and_no_tvm_kind(capsys):
     assert row["sums"][0.5] == 4.0 and row["sums"][0.25] == 0.0
     print_summary({"zs: llvm -mcpu=x86-64 -num-cores=1 gemv@0": entry})
     assert capsys.readouterr().out.splitlines()[-1].split()[-2:] == ["-", "-"]
+
+
+def test_a_join_pairs_runs_whatever_order_the_devices_were_scanned_in():
+    host, gen = scan_entry({0.5: 1.0}, {}, rule=0.5), scan_entry({0.5: 0.0}, {}, rule=0.5)
+    for entry in (host, gen):
+        entry["per_workload"] = {"w": {}}
+    first = {"r: llvm -mcpu=znver3 -num-cores=2 a@26": host,
+             "r: llvm -mcpu=x86-64 -num-cores=1 a@26": gen}
+    second = {"r: llvm -mcpu=x86-64 -num-cores=1 b@26": gen,
+              "r: llvm -mcpu=znver3 -num-cores=2 b@26": host}
+    out = joined(first, second)
+    assert [e["held_out"]["shipped@0.5"]["all"]["kendall_tau"] for e in out.values()] == [1.0, 0.0]
