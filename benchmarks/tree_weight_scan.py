@@ -185,9 +185,9 @@ def main() -> None:
             other = Path(args[2])
             if not other.is_file():
                 raise SystemExit(f"tree_weight_scan.py: --join: no scan in {other}")
-            second = json.loads(other.read_text())
-            scan = joined(scan, second)
-            for run in unpaired(json.loads(out.read_text()), second):
+            first, second = scan, json.loads(other.read_text())
+            scan = joined(first, second)
+            for run in unpaired(first, second):
                 print(f"left out, in one scan only: {run}")
             if not scan:
                 raise SystemExit(f"tree_weight_scan.py: --join: no run of {out} is in {other}")
