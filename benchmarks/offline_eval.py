@@ -178,11 +178,20 @@ def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_o
     """A saved donor as the rule's trees that learn from the donor's records (finetune.rule's
     donor_records) need it: one that predates them is copied to `out` with its training
     records (its training split's, not learned: the donor itself is kept rather than trained
-    anew) and its own trees of them (calo.correction.donor_trees) added."""
+    anew) and its own trees of them (calo.correction.donor_trees) added. One whose trees the
+    rule now weighs otherwise is copied with the rule's weight: the weight enters only the
+    blend, not the trees' fit, so the copy is what pretrain would save now."""
     trained = TrainedModel.load(model_dir)
     had_rows = trained.donor_rows is not None
+    step = settings.finetune.step_for(0)
     if had_rows and trained.correction is not None:
-        return model_dir
+        weight = step.blend
+        if not step.donor_records or trained.correction.blend == weight:
+            return model_dir
+        get_logger().info(f"offline eval: the donor's trees weighed {trained.correction.blend:g}, "
+                          f"the rule {weight:g}")
+        trained.correction.blend = weight
+        return _saved_donor(trained, model_dir, out)
     if not had_rows:
         for device in ("donor", *also):
             extract(settings, device)
@@ -194,6 +203,10 @@ def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_o
     trained.correction = donor_trees(settings.finetune, trained.donor_rows, settings.train.seed)
     if had_rows and trained.correction is None:
         return model_dir
+    return _saved_donor(trained, model_dir, out)
+
+
+def _saved_donor(trained: TrainedModel, model_dir: Path, out: Path) -> Path:
     trained.save(out)
     shutil.copy(model_dir / "donor.json", out / "donor.json")
     get_logger().info(f"offline eval: the donor in {model_dir} with its "

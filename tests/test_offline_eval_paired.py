@@ -2,8 +2,15 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
-from offline_eval import ROOT, across_donors, code_version, joined, main, paired
+from offline_eval import ROOT, across_donors, code_version, joined, main, paired, with_donor_records
+
+from calo import paths
+from calo.artifact import TrainedModel
+from calo.correction import store_rows
+from calo.dataset import load_graphs
+from tests.conftest import DONOR
 
 
 def _scores(tau: float, top1: float) -> dict:
@@ -135,3 +142,25 @@ def test_a_donor_names_the_commit_of_the_code_that_trained_it():
     else:
         commit, _, rest = version.partition("+")
         assert commit == head.stdout.strip() and rest in ("", "changes")
+
+
+def test_a_saved_donor_takes_the_rules_weight_for_its_own_trees(params, pretrained, tmp_path):
+    saved = tmp_path / "donor"
+    shutil.copytree(paths.model_dir(DONOR).resolve(), saved)
+    (saved / "donor.json").write_text("{}")
+    donor = TrainedModel.load(saved)
+    assert donor.correction is not None and donor.donor_rows is not None
+    row = {"up_to": None, "layers": "head", "epochs": 1, "lr": 1.0e-3, "correction": 30,
+           "blend": donor.correction.blend, "donor_records": True}
+    settings = params.override({"finetune.rule": [row]})
+    assert with_donor_records(settings, saved, tmp_path / "copy", 0) == saved
+    weight = 1 - donor.correction.blend / 2
+    settings = params.override({"finetune.rule": [{**row, "blend": weight}]})
+    copied = TrainedModel.load(with_donor_records(settings, saved, tmp_path / "copy", 0))
+    assert copied.correction.blend == weight and TrainedModel.load(saved).correction.blend \
+        == donor.correction.blend
+    # the same trees, only weighed otherwise
+    graphs = load_graphs(paths.graphs_path(DONOR), "schedule")
+    rows = store_rows(graphs.graphs)
+    assert np.array_equal(copied.correction.predict(rows), donor.correction.predict(rows))
+    assert (tmp_path / "copy" / "donor.json").read_text() == "{}"
