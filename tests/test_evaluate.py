@@ -444,3 +444,14 @@ def test_the_tables_first_line_says_how_the_warmup_was_chosen():
     assert format_table(report).splitlines()[0].endswith("(fraction 0.3, random)")
     assert format_table({**report, "warmup_choice": "first"}).splitlines()[0].endswith(
         "(fraction 0.3)")
+
+
+def test_zero_shot_reports_the_weight_of_the_donors_own_trees(params, pretrained, tmp_path):
+    out = tmp_path / "report.json"
+    assert main(["evaluate", "--model", "donor", "--records", str(paths.records_dir(TARGET)),
+                 "--warmup", "0", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["warmup_records"] == 0 and report["finetune_s"] == 0.0
+    # the shipped rule's first row has the donor's trees order zero-shot candidates
+    assert params.finetune.step_for(0).donor_records
+    assert report["correction_blend"] == params.finetune.step_for(0).blend > 0
