@@ -339,9 +339,11 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         raise CaloError(f"no workload in {records_dir} keeps 2 or more held-out records")
     levels = settings.calibrate.levels
 
-    # zero-shot, the donor's own trees (if it keeps any) order the candidates at their weight
+    # zero-shot, trees of the donor's records (if the model keeps any) order every workload's
+    # candidates at their weight
+    general = trained.correction is not None and trained.correction.general
     finetune: dict = {"finetune_s": 0.0, "finetune_epoch": None, "correction_rounds": 0,
-                      "correction_blend": trained.correction.blend if trained.correction else 0.0}
+                      "correction_blend": trained.correction.blend if general else 0.0}
     if warm:
         warm_graphs = store_graphs(Path(records_dir), kind, stores or settings.finetune.corrects)(
             warm, Progress("evaluate: warm-up graphs", len(warm), "records").advance)
