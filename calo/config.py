@@ -119,7 +119,7 @@ class Train:
     patience: int | None
     rank_weight: float
     rank_pairs: Literal["all", "workload"]
-    rank_weighting: Literal["uniform", "throughput"]
+    rank_weighting: Literal["uniform", "throughput", "lambda"]
     batches: Literal["shuffled", "workload"]
     seed: int
     rank_loss: Literal["pairwise", "listwise"] = "pairwise"

@@ -259,24 +259,32 @@ def _mean(loss: Tensor, weight: Tensor | None) -> Tensor:
 
 
 def pairwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None = None,
-                       throughput: Tensor | None = None) -> Tensor:
+                       throughput: Tensor | None = None, discount: bool = False) -> Tensor:
     """Logistic loss on ordered pairs: the faster schedule of a pair should score lower.
 
     The tuner ranks the candidates of one workload, so with `group` only pairs within a group
     count (a pair of a LayerNorm and a matmul teaches what the regression already knows). With
-    `throughput` (best latency / latency, in (0, 1]) a pair weighs its difference in throughput,
-    as LambdaRank weighs by the change in its metric: swapping the fastest candidate for a slow
-    one costs the most, swapping two 1000x-slow ones next to nothing.
+    `throughput` (best latency / latency, in (0, 1]) a pair weighs its difference in throughput:
+    swapping the fastest candidate for a slow one costs the most, swapping two 1000x-slow ones
+    next to nothing. With `discount` too, a pair also weighs the change in DCG's position
+    discount, 1 / log2(1 + rank), were its two predicted ranks in its group swapped
+    (LambdaRank): order among the candidates predicted fastest, which a search measures, costs
+    more than order far down the list.
     """
-    pairs = y[:, None] < y[None, :]
-    if group is not None:
-        pairs = pairs & (group[:, None] == group[None, :])
+    same = (torch.ones_like(y, dtype=torch.bool)[:, None] if group is None
+            else group[:, None] == group[None, :])
+    pairs = (y[:, None] < y[None, :]) & same
     if not pairs.any():
         return pred.sum() * 0.0
     loss = F.softplus(pred[:, None] - pred[None, :])[pairs]
     if throughput is None:
         return loss.mean()
-    weight = (throughput[:, None] - throughput[None, :]).abs()[pairs]
+    weight = (throughput[:, None] - throughput[None, :]).abs()
+    if discount:
+        rank = 1 + ((pred.detach()[None, :] < pred.detach()[:, None]) & same).sum(1)
+        position = 1 / torch.log2(1 + rank.to(pred.dtype))
+        weight = weight * (position[:, None] - position[None, :]).abs()
+    weight = weight[pairs]
     return (loss * weight).sum() / weight.sum().clamp_min(_EPS)
 
 
@@ -308,7 +316,7 @@ def listwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None, sharpness:
 def cost_loss(y: Tensor, d: NIG, lam: float, deterministic: bool = False,
               rank_weight: float = 0.0, group: Tensor | None = None,
               throughput: Tensor | None = None, sharpness: float | None = None,
-              weight: Tensor | None = None) -> Tensor:
+              weight: Tensor | None = None, discount: bool = False) -> Tensor:
     """The training loss of a head variant, plus an optional ranking term: pairwise, or
     listwise when a `sharpness` is given. `weight` weighs each sample's regression loss (e.g.
     more on the fast end, which is what a search keeps)."""
@@ -317,5 +325,5 @@ def cost_loss(y: Tensor, d: NIG, lam: float, deterministic: bool = False,
     if rank_weight and sharpness is not None:
         loss = loss + rank_weight * listwise_rank_loss(y, d.gamma, group, sharpness)
     elif rank_weight:
-        loss = loss + rank_weight * pairwise_rank_loss(y, d.gamma, group, throughput)
+        loss = loss + rank_weight * pairwise_rank_loss(y, d.gamma, group, throughput, discount)
     return loss

@@ -33,7 +33,7 @@ def loader(graphs: Sequence[Data], **kwargs) -> DataLoader:
 
 
 RankPairs = Literal["all", "workload"]
-RankWeighting = Literal["uniform", "throughput"]
+RankWeighting = Literal["uniform", "throughput", "lambda"]
 RankLoss = Literal["pairwise", "listwise"]
 Batches = Literal["shuffled", "workload"]
 
@@ -84,8 +84,9 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
     sharpness = rank_sharpness * model.y_std.item() if rank_loss == "listwise" else None
     loss = cost_loss(model.standardize(batch.y), _forward(forward or model, batch), lam,
                      model.deterministic, rank_weight, group,
-                     throughput if rank_weighting == "throughput" else None, sharpness,
-                     1 + fast_weight * throughput if fast_weight else None)
+                     throughput if rank_weighting != "uniform" else None, sharpness,
+                     1 + fast_weight * throughput if fast_weight else None,
+                     discount=rank_weighting == "lambda")
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)

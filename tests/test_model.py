@@ -240,6 +240,26 @@ def test_throughput_weighting_makes_the_fast_end_cost_the_most():
     assert weighted[0] > 2 * weighted[1]
 
 
+def test_lambda_discount_weighs_order_at_the_predicted_top_more():
+    # Two pairs one throughput step of 0.2 apart: the fastest two and the slowest two.
+    y = -torch.log(torch.tensor([1.0, 0.8, 0.3, 0.1]))
+    throughput = torch.exp(y.min() - y)
+    top_swapped = torch.tensor([1.0, 0.0, 2.0, 3.0])
+    bottom_swapped = torch.tensor([0.0, 1.0, 3.0, 2.0])
+    plain, lam = ([pairwise_rank_loss(y, p, throughput=throughput, discount=d)
+                   for p in (top_swapped, bottom_swapped)] for d in (False, True))
+    assert torch.isclose(plain[0], plain[1])    # throughput alone weighs the two swaps alike
+    assert lam[0] > 1.3 * lam[1]
+    # Ranks count within a group: another workload's candidate predicted faster than all of
+    # these (alone in its group, so in no pair) moves none of them down the list.
+    group = torch.tensor([0, 0, 0, 0, 1])
+    alone = pairwise_rank_loss(y, top_swapped, throughput=throughput, discount=True)
+    faster = torch.cat([top_swapped, torch.tensor([-9.0])])
+    joined = pairwise_rank_loss(torch.cat([y, y[:1]]), faster, group,
+                                torch.cat([throughput, throughput[:1]]), discount=True)
+    assert torch.isclose(alone, joined)
+
+
 def test_listwise_loss_is_per_group_cross_entropy_and_focuses_on_the_fast_end():
     from calo.models.evidential import listwise_rank_loss
 
