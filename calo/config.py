@@ -28,6 +28,7 @@ DEFAULT_PARAMS = "params.yaml"
 
 GraphKind = Literal["schedule", "device-schedule", "ast"]
 Layers = Literal["head", "all"]
+RankWeighting = Literal["uniform", "throughput", "lambda"]
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class Train:
     patience: int | None
     rank_weight: float
     rank_pairs: Literal["all", "workload"]
-    rank_weighting: Literal["uniform", "throughput", "lambda"]
+    rank_weighting: RankWeighting
     batches: Literal["shuffled", "workload"]
     seed: int
     rank_loss: Literal["pairwise", "listwise"] = "pairwise"
@@ -179,6 +180,12 @@ class Finetune:
     recenter: bool = False
     keep: Literal["best", "last"] = "best"   # the weights of the best validation NLL, or the last
     correction: Correction = Correction()
+    # the ranking term's pair weights in fine-tunes and online updates; null: the donor's
+    rank_weighting: RankWeighting | None = None
+
+    def weighting(self, train: Train) -> RankWeighting:
+        """The ranking term's pair weights of a fine-tune or an online update."""
+        return self.rank_weighting or train.rank_weighting
 
     @property
     def rules(self) -> dict[str, tuple[FinetuneStep, ...]]:

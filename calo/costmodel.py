@@ -151,7 +151,7 @@ class CaloCostModel(PyCostModel):
             for batch in batches:
                 train_step(self.model, self.optimizer, batch, lam=self.train.lam,
                            rank_weight=self.train.rank_weight, rank_pairs=self.train.rank_pairs,
-                           rank_weighting=self.train.rank_weighting,
+                           rank_weighting=self.finetune.weighting(self.train),
                            rank_loss=self.train.rank_loss,
                            rank_sharpness=self.train.rank_sharpness,
                            fast_weight=step.fast_weight)

@@ -78,6 +78,22 @@ def test_a_fine_tune_trains_with_its_rows_fast_end_weight_and_keeps_its_rows_epo
     assert losses[0] != losses[1]
 
 
+def test_a_fine_tune_takes_its_own_ranking_weights_where_given(params, pretrained):
+    from calo.tasks.finetune import adapt
+
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
+    rule = [{"up_to": None, "layers": "all", "epochs": 2, "lr": 3.0e-3}]
+    losses = {}
+    for weighting in (None, "throughput", "lambda"):
+        settings = params.override({"train.rank_weighting": "throughput", "train.rank_weight": 1.0,
+                                    "finetune.rank_weighting": weighting, "finetune.rule": rule})
+        result = adapt(TrainedModel.load(paths.model_dir(DONOR)), settings.finetune,
+                       settings.train, graphs, graphs, set())
+        assert result["config"]["rank_weighting"] == (weighting or "throughput")
+        losses[weighting] = [h["train_loss"] for h in result["history"]]
+    assert losses[None] == losses["throughput"] != losses["lambda"]
+
+
 def test_promote_registers_the_calibrated_artifact_under_the_device_alias(params, promoted):
     client = MlflowClient()
     donor = client.get_model_version_by_alias("calo-gnn", "donor")
