@@ -147,6 +147,13 @@ def test_a_rule_row_takes_the_sections_keep_and_the_donors_fast_weight_unless_it
     assert (large.keep, large.fast_weight) == ("last", 4.0)
 
 
+def test_fine_tunes_weigh_ranking_pairs_as_the_donor_did_unless_told(params):
+    train = params.override({"train.rank_weighting": "throughput"}).train
+    for own, expected in ((None, "throughput"), ("lambda", "lambda"), ("uniform", "uniform")):
+        finetune = params.override({"finetune.rank_weighting": own}).finetune
+        assert finetune.weighting(train) == expected
+
+
 def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
     rules = params.override({
         "finetune.rule": [{"up_to": None, "layers": "all", "epochs": 30, "lr": 3.0e-3}],
@@ -175,6 +182,8 @@ def test_records_of_a_device_the_model_knows_take_the_same_device_rule(params):
     (lambda raw: raw["finetune"]["rule"][0].update(keep="first"),
      "finetune.rule[0].keep must be one of best, last, got 'first'"),
     (lambda raw: raw["finetune"].update(anchor=10), "unknown key 'finetune.anchor'"),
+    (lambda raw: raw["finetune"].update(rank_weighting="ndcg"),
+     "finetune.rank_weighting must be one of uniform, throughput, lambda, got 'ndcg'"),
     (lambda raw: raw["train"].update(keep="first"),
      "train.keep must be one of best, last, got 'first'"),
     (lambda raw: raw["calibrate"].update(objective="mse"),
