@@ -86,7 +86,7 @@ from calo import paths, records, suite  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
 from calo.baselines import context_of, train_on_groups, xgb_model  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
-from calo.correction import donor_trees, tree_rows  # noqa: E402
+from calo.correction import donor_trees, member_keys, tree_rows  # noqa: E402
 from calo.dataset import GraphSet  # noqa: E402
 from calo.evaluation import predictive, ranking  # noqa: E402
 from calo.log import get_logger  # noqa: E402
@@ -180,11 +180,14 @@ def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_o
     records (its training split's, not learned: the donor itself is kept rather than trained
     anew) and its own trees of them (calo.correction.donor_trees) added. One whose trees the
     rule now weighs otherwise is copied with the rule's weight: the weight enters only the
-    blend, not the trees' fit, so the copy is what pretrain would save now."""
+    blend, not the trees' fit, so the copy is what pretrain would save now; one whose trees
+    were fitted with other seeds (finetune.correction.seeds) gets them fitted again."""
     trained = TrainedModel.load(model_dir)
     had_rows = trained.donor_rows is not None
     step = settings.finetune.step_for(0)
-    if had_rows and trained.correction is not None:
+    fits = member_keys(settings.finetune.correction, ("summary",))
+    if had_rows and trained.correction is not None and (
+            not step.donor_records or list(trained.correction.members) == fits):
         weight = step.blend
         if not step.donor_records or trained.correction.blend == weight:
             return model_dir

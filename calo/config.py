@@ -169,6 +169,9 @@ class Correction:
     threads: int = 2
     # The throughput trees' kinds, their predictions averaged (calo.correction)
     members: tuple[Literal["summary", "packed", "tvm"], ...] = ("summary",)
+    # Fits of each kind that samples (subsample < 1: summary, packed) with this many seeds,
+    # averaged with the rest; TVM's kind samples nothing and is fitted once
+    seeds: int = 1
 
 
 @dataclass(frozen=True)
@@ -412,9 +415,9 @@ def _check_references(s: Settings, where: str) -> None:
                         f"{s.tune.correct_top}")
     c = s.finetune.correction
     if (c.depth < 1 or c.lr <= 0 or not 0 < c.subsample <= 1 or c.threads < 1
-            or not c.members):
+            or not c.members or c.seeds < 1):
         raise CaloError(f"{where}: finetune.correction needs depth >= 1, lr > 0, subsample in "
-                        f"(0, 1], threads >= 1 and one or more members, got {c}")
+                        f"(0, 1], threads >= 1, one or more members and seeds >= 1, got {c}")
     if s.extract.workers < 1 or s.extract.shard_size < 1 or s.train.graphs_in_memory < 1:
         raise CaloError(f"{where}: extract.workers, extract.shard_size and "
                         "train.graphs_in_memory must be >= 1")

@@ -69,7 +69,16 @@ MIN_THROUGHPUT = 1e-3
 # - tvm: packed with XGBModel's own settings (its XGBConfig, deeper trees), boosted until the
 #   training error has not improved for XGBModel's early-stopping rounds.
 # Fits of one kind on slightly different inputs pick different first candidates; averaging
-# kinds that err differently steadies the pick (docs/ranking.md).
+# kinds that err differently steadies the pick (docs/ranking.md). So does averaging fits of a
+# kind that samples records and features (summary, packed) with several seeds
+# (finetune.correction.seeds); a kind's further fits are kept as "kind#1", "kind#2", ...
+SEED_MARK = "#"
+
+
+def member_keys(settings: cfg.Correction, members: Sequence[str]) -> list[str]:
+    """The fits a Corrector of these kinds holds: each sampling kind once per seed."""
+    return [kind if copy == 0 else f"{kind}{SEED_MARK}{copy}" for kind in members
+            for copy in range(settings.seeds if kind != "tvm" else 1)]
 
 
 def _packed(rows: Sequence) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +140,7 @@ def _tvm_settings(threads: int) -> tuple[dict, int]:
 class Corrector:
     def __init__(self, members: dict[str, xgboost.Booster], blend: float = 0.0,
                  best: dict[str, float] | None = None, general: bool = False):
-        self.members = members          # kind (finetune.correction.members) -> its trees
+        self.members = members          # kind (finetune.correction.members, #seed) -> its trees
         self.blend = blend              # 0: residual trees; else the throughput trees' weight
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
         # Throughput trees that learned from the donor's records know workloads beyond `best`
@@ -143,25 +152,27 @@ class Corrector:
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None,
             members: Sequence[str] = ("summary",), summary_rows: np.ndarray | None = None,
             general: bool = False) -> Corrector:
-        """Boosted trees of each kind in `members` fitted to `target` (residual log latency,
-        or normalized throughput where `blend` > 0) from each program's store `rows`
-        (`summary_rows`: the summary member's inputs where they are given summarized)."""
+        """Boosted trees of each kind in `members` (once per seed: member_keys) fitted to
+        `target` (residual log latency, or normalized throughput where `blend` > 0) from each
+        program's store `rows` (`summary_rows`: the summary member's inputs where they are
+        given summarized)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         target = np.asarray(target, np.float32)
-        params = _tree_params(settings, seed)
         stacked = _packed(rows) if set(members) - {"summary"} else None
         fitted = {}
-        for kind in members:
+        for key in member_keys(settings, members):
+            kind, _, copy = key.partition(SEED_MARK)
+            params = _tree_params(settings, seed + int(copy or 0))
             if kind == "summary":
                 x = summarize(rows) if summary_rows is None else summary_rows
                 booster = xgboost.XGBRegressor(n_estimators=rounds, **params)
-                fitted[kind] = booster.fit(x, target).get_booster()
+                fitted[key] = booster.fit(x, target).get_booster()
             elif kind == "packed":
-                fitted[kind] = _fit_packed(params, *stacked, target, rounds)
+                fitted[key] = _fit_packed(params, *stacked, target, rounds)
             else:
                 tvm_params, patience = _tvm_settings(settings.threads)
-                fitted[kind] = _fit_packed(tvm_params, *stacked, target, None, patience)
+                fitted[key] = _fit_packed(tvm_params, *stacked, target, None, patience)
         return cls(fitted, blend, best, general)
 
     def predict(self, rows: Sequence) -> np.ndarray:
@@ -171,12 +182,13 @@ class Corrector:
         out = np.zeros(len(rows))
         if not len(rows):
             return out
-        summary = xgboost.DMatrix(summarize(rows)) if "summary" in self.members else None
-        if set(self.members) - {"summary"}:
+        kinds = {key: key.partition(SEED_MARK)[0] for key in self.members}
+        summary = xgboost.DMatrix(summarize(rows)) if "summary" in kinds.values() else None
+        if set(kinds.values()) - {"summary"}:
             x, owner = _packed(rows)
             stacked = xgboost.DMatrix(x)
-        for kind, booster in self.members.items():
-            if kind == "summary":
+        for key, booster in self.members.items():
+            if kinds[key] == "summary":
                 out += booster.predict(summary)
             else:
                 out += np.bincount(owner, weights=booster.predict(stacked),

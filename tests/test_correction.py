@@ -7,7 +7,7 @@ import torch
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, DONOR_ROWS, TrainedModel
-from calo.correction import Corrector, donor_trees, tree_rows
+from calo.correction import Corrector, donor_trees, summarize, tree_rows
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
@@ -189,6 +189,40 @@ def test_an_ensemble_of_tree_kinds_averages_them_and_round_trips(
         settings.override({"finetune.correction.members": []})
     with pytest.raises(CaloError, match="must be one of"):
         settings.override({"finetune.correction.members": ["forest"]})
+
+
+def test_sampling_kinds_are_fitted_once_per_seed_and_averaged(
+        params, pretrained, tmp_path, monkeypatch):
+    settings, adapted, graphs = adapted_with(
+        params.override({"finetune.correction.members": ["summary", "tvm"],
+                         "finetune.correction.seeds": 3}), tmp_path, monkeypatch,
+        [{**RULE[0], "correction": 30, "blend": 1.0}])
+    fitted = adapted.correction
+    # TVM's kind samples nothing, so its other seeds would be the same trees.
+    assert list(fitted.members) == ["summary", "summary#1", "summary#2", "tvm"]
+    rows = [g.store_rows for g in graphs.graphs]
+    alone = [Corrector({key: b}, 1.0, fitted.best).predict(rows)
+             for key, b in fitted.members.items()]
+    assert not np.allclose(alone[0], alone[1])  # other seeds sample other records
+    assert np.allclose(fitted.predict(rows), np.mean(alone, 0))
+    # The first seed's fit is the one a single seed makes.
+    single = Corrector.fit(settings.finetune.correction, 30, rows, np.ones(len(rows)),
+                           members=["summary"])
+    again = Corrector.fit(params.finetune.correction, 30, rows, np.ones(len(rows)),
+                          members=["summary"])
+    assert list(again.members) == ["summary"]
+    assert np.allclose(single.members["summary"].predict(xgboost_rows(rows)),
+                       again.members["summary"].predict(xgboost_rows(rows)))
+    loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
+    assert np.allclose(loaded.correction.predict(rows), fitted.predict(rows))
+    with pytest.raises(CaloError, match="seeds >= 1"):
+        settings.override({"finetune.correction.seeds": 0})
+
+
+def xgboost_rows(rows):
+    import xgboost
+
+    return xgboost.DMatrix(summarize(rows))
 
 
 def test_a_blend_outside_0_1_or_without_rounds_is_refused(params):
