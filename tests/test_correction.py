@@ -7,7 +7,7 @@ import torch
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, DONOR_ROWS, TrainedModel
-from calo.correction import Corrector, donor_trees, summarize, tree_rows
+from calo.correction import Corrector, donor_trees, member_keys, summarize, tree_rows
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
@@ -48,8 +48,9 @@ def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
     assert np.mean((y - shifted) ** 2) < 0.9 * np.mean((y - plain) ** 2)
     loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
     blob = json.loads((tmp_path / "model" / CONFIG).read_text())
-    assert blob["correction"] == {"blend": 0.0, "best": {}, "members": ["summary"],
-                                  "general": False}
+    assert blob["correction"] == {"blend": 0.0, "best": {}, "general": False,
+                                  "members": member_keys(settings.finetune.correction,
+                                                         ["summary"])}
     assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
     # Models saved before the throughput blend said only that they had a correction.
     (tmp_path / "model" / CONFIG).write_text(json.dumps({**blob, "correction": True}))
@@ -166,7 +167,8 @@ def test_an_ensemble_of_tree_kinds_averages_them_and_round_trips(
         params, pretrained, tmp_path, monkeypatch):
     kinds = ["summary", "packed", "tvm"]
     settings, adapted, graphs = adapted_with(
-        params.override({"finetune.correction.members": kinds}), tmp_path, monkeypatch,
+        params.override({"finetune.correction.members": kinds, "finetune.correction.seeds": 1}),
+        tmp_path, monkeypatch,
         [{**RULE[0], "correction": 30, "blend": 1.0}])
     fitted = adapted.correction
     assert list(fitted.members) == kinds
@@ -208,8 +210,8 @@ def test_sampling_kinds_are_fitted_once_per_seed_and_averaged(
     # The first seed's fit is the one a single seed makes.
     single = Corrector.fit(settings.finetune.correction, 30, rows, np.ones(len(rows)),
                            members=["summary"])
-    again = Corrector.fit(params.finetune.correction, 30, rows, np.ones(len(rows)),
-                          members=["summary"])
+    once = params.override({"finetune.correction.seeds": 1}).finetune.correction
+    again = Corrector.fit(once, 30, rows, np.ones(len(rows)), members=["summary"])
     assert list(again.members) == ["summary"]
     assert np.allclose(single.members["summary"].predict(xgboost_rows(rows)),
                        again.members["summary"].predict(xgboost_rows(rows)))
