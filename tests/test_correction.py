@@ -52,10 +52,15 @@ def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
                                   "members": member_keys(settings.finetune.correction,
                                                          ["summary"])}
     assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
-    # Models saved before the throughput blend said only that they had a correction.
-    (tmp_path / "model" / CONFIG).write_text(json.dumps({**blob, "correction": True}))
-    older = TrainedModel.load(tmp_path / "model")
-    assert np.allclose(predictive(older.net, graphs, correction=older.correction)[1], shifted)
+    # Models saved before the throughput blend held one fit and said only that they had a
+    # correction.
+    one = copy.deepcopy(adapted)
+    one.correction.members = {"summary": adapted.correction.members["summary"]}
+    one.save(tmp_path / "older")
+    (tmp_path / "older" / CONFIG).write_text(json.dumps({**blob, "correction": True}))
+    older = TrainedModel.load(tmp_path / "older")
+    assert np.allclose(predictive(older.net, graphs, correction=older.correction)[1],
+                       predictive(one.net, graphs, correction=one.correction)[1])
     adapted.correction = None  # a model without one leaves no stale file behind
     assert TrainedModel.load(adapted.save(tmp_path / "model")).correction is None
     assert not (tmp_path / "model" / CORRECTION).exists()
