@@ -218,15 +218,15 @@ def test_sampling_kinds_are_fitted_once_per_seed_and_averaged(
     once = params.override({"finetune.correction.seeds": 1}).finetune.correction
     again = Corrector.fit(once, 30, rows, np.ones(len(rows)), members=["summary"])
     assert list(again.members) == ["summary"]
-    assert np.allclose(single.members["summary"].predict(xgboost_rows(rows)),
-                       again.members["summary"].predict(xgboost_rows(rows)))
+    assert np.allclose(single.members["summary"].predict(_summary_matrix(rows)),
+                       again.members["summary"].predict(_summary_matrix(rows)))
     loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
     assert np.allclose(loaded.correction.predict(rows), fitted.predict(rows))
     with pytest.raises(CaloError, match="seeds >= 1"):
         settings.override({"finetune.correction.seeds": 0})
 
 
-def xgboost_rows(rows):
+def _summary_matrix(rows):
     import xgboost
 
     return xgboost.DMatrix(summarize(rows))
