@@ -160,14 +160,16 @@ class Corrector:
 
         target = np.asarray(target, np.float32)
         stacked = _packed(rows) if set(members) - {"summary"} else None
+        summary = None
+        if "summary" in members:  # once for all of the kind's seeds
+            summary = summarize(rows) if summary_rows is None else summary_rows
         fitted = {}
         for key in member_keys(settings, members):
             kind, _, copy = key.partition(SEED_MARK)
             params = _tree_params(settings, seed + int(copy or 0))
             if kind == "summary":
-                x = summarize(rows) if summary_rows is None else summary_rows
                 booster = xgboost.XGBRegressor(n_estimators=rounds, **params)
-                fitted[key] = booster.fit(x, target).get_booster()
+                fitted[key] = booster.fit(summary, target).get_booster()
             elif kind == "packed":
                 fitted[key] = _fit_packed(params, *stacked, target, rounds)
             else:
