@@ -86,11 +86,12 @@ def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
                         levels: int, correction: Corrector | None = None,
                         by_workload: bool = False, cross: bool = True,
                         objective: cal.Objective = "ece") -> float:
-    """A temperature for these held-out graphs that never makes calibration worse: the graphs
-    are cut into two folds by workload (by record, for one workload), a temperature fitted on
-    each fold must keep NLL and ECE of the other at least as good as `current`'s.
-    `by_workload`: each fit is the median of the workloads' own (cal.median_temperature).
-    `objective`: what a fit minimizes, ECE or NLL (both are checked either way).
+    """A temperature for these held-out graphs that never makes calibration worse: each
+    workload's graphs are predicted at a temperature fitted on the other workloads' (by record
+    halves, for one workload), and these must have NLL and ECE at least as good as `current`
+    gives them. `by_workload`: each fit is the median of the workloads' own
+    (cal.median_temperature). `objective`: what a fit minimizes, ECE or NLL (both are checked
+    either way).
     `cross=False` checks the refit on the graphs themselves instead: for a temperature asked to
     serve other candidates of the same workloads (a warm-up's refit), where workloads whose
     errors differ in width make the folds' fits misfit each other and refuse a temperature
@@ -100,18 +101,13 @@ def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
             return current
         return cal.refit_temperature(predictive(model, graphs, correction=correction), current,
                                      confidence_levels(levels), objective=objective)
-    halves = Split(val=0.5, test=0.0)
     names = sorted(set(graphs.workload))
-    if len(names) >= 2:
-        fold = [split_of(w, 0, halves) == "val" for w in graphs.workload]
-        if all(fold) or not any(fold):  # the hash put every workload on one side
-            fold = [w in names[::2] for w in graphs.workload]
+    if len(names) >= 2:  # one workload left out at a time: no draw of folds decides
+        parts = [graphs.select([w == name for w in graphs.workload]) for name in names]
     else:
+        halves = Split(val=0.5, test=0.0)
         fold = [split_of(w, r, halves) == "val" for w, r in zip(graphs.workload, graphs.record)]
-    a, b = graphs.select([not f for f in fold]), graphs.select(fold)
-    if not len(a) or not len(b):
-        return current
-    groups = (a.workload, b.workload) if by_workload else None
-    return cal.checked_temperature(predictive(model, a, correction=correction),
-                                   predictive(model, b, correction=correction), current,
-                                   confidence_levels(levels), groups, objective)
+        parts = [p for p in (graphs.select([not f for f in fold]), graphs.select(fold)) if len(p)]
+    groups = [p.workload for p in parts] if by_workload else None
+    return cal.checked_temperature([predictive(model, p, correction=correction) for p in parts],
+                                   current, confidence_levels(levels), groups, objective)

@@ -8,6 +8,7 @@ scale (variance by tau^2) and is fitted by BFGS on a smoothed ECE, started from 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -91,36 +92,37 @@ def median_temperature(y, mu, scale, df, groups, levels: np.ndarray,
                             for m in (groups == g for g in kept)]))
 
 
-def checked_temperature(a: tuple, b: tuple, current: float, levels: np.ndarray,
-                        groups: tuple | None = None, objective: Objective = "ece") -> float:
-    """A temperature that must earn its place. Two disjoint parts (y, mu, scale, df; e.g.
-    probes of different workloads) each get the temperature fitted on the other: only if these
+def checked_temperature(parts: Sequence[tuple], current: float, levels: np.ndarray,
+                        groups: Sequence | None = None, objective: Objective = "ece") -> float:
+    """A temperature that must earn its place. Disjoint parts (y, mu, scale, df; e.g. the
+    probes of each workload) each get the temperature fitted on all the others: only if these
     cross-fitted predictions have lower NLL and ECE than `current` gives them, pooled, is the
-    temperature refitted on both parts, and it is returned only if it too lowers both there;
+    temperature refitted on every part, and it is returned only if it too lowers both there;
     otherwise `current` is kept. (One is fitted, by `objective`, both are checked: a
     temperature that trades one for the other is noise.)
     With `groups` (each part's group labels, e.g. workloads) a fit is median_temperature's.
-    A part of fewer than MIN_GROUP_POINTS probes keeps `current`: on a dozen probes the two
-    parts' ECEs differ by more than any temperature changes them."""
-    if min(len(a[0]), len(b[0])) < MIN_GROUP_POINTS:
+    A fit on fewer than MIN_GROUP_POINTS probes keeps `current`: on a dozen probes two parts'
+    ECEs differ by more than any temperature changes them."""
+    sizes = [len(p[0]) for p in parts]
+    if len(parts) < 2 or sum(sizes) - max(sizes) < MIN_GROUP_POINTS:
         return current
-    y, mu, scale, df = both = tuple(np.concatenate([x, z]) for x, z in zip(a, b))
-    labels_a, labels_b = groups if groups is not None else (None, None)
+    y, mu, scale, df = both = tuple(np.concatenate(x) for x in zip(*parts))
+    labels = None if groups is None else np.concatenate(groups)
+    owner = np.repeat(np.arange(len(parts)), sizes)
 
-    def fit(part: tuple, labels) -> float:
+    def fit(mask: np.ndarray) -> float:
+        part = tuple(x[mask] for x in both)
         return (fit_temperature(*part, levels, objective=objective) if labels is None
-                else median_temperature(*part, labels, levels, objective=objective))
+                else median_temperature(*part, labels[mask], levels, objective=objective))
 
-    def pooled(tau_a: float, tau_b: float) -> tuple[float, float]:
-        tau = np.concatenate([np.full(len(a[0]), tau_a), np.full(len(b[0]), tau_b)])
-        return (student_t_nll(y, mu, scale * tau, df),
-                regression_ece(y, mu, scale * tau, df, levels))
+    def scores(tau: np.ndarray | float) -> tuple[float, float]:
+        return student_t_nll(y, mu, scale * tau, df), regression_ece(y, mu, scale * tau, df, levels)
 
-    crossed, kept = pooled(fit(b, labels_b), fit(a, labels_a)), pooled(current, current)
+    crossed = scores(np.array([fit(owner != i) for i in range(len(parts))])[owner])
+    kept = scores(current)
     if not (crossed[0] < kept[0] and crossed[1] < kept[1]):
         return current
-    return refit_temperature(both, current, levels, None if groups is None
-                             else np.concatenate(groups), objective)
+    return refit_temperature(both, current, levels, labels, objective)
 
 
 def carried_temperature(temperature: float, before: np.ndarray, after: np.ndarray) -> float:

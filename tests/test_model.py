@@ -101,8 +101,8 @@ def test_checked_temperature_fits_by_the_objective_it_is_given():
     y = rng.standard_t(3.0, 4000)
     folds = tuple((y[k::2], np.zeros(2000), np.ones(2000), np.full(2000, 1e6)) for k in (0, 1))
     pooled = tuple(np.concatenate(x) for x in zip(*folds))
-    by_ece = checked_temperature(*folds, 0.5, LEVELS)
-    by_nll = checked_temperature(*folds, 0.5, LEVELS, objective="nll")
+    by_ece = checked_temperature(folds, 0.5, LEVELS)
+    by_nll = checked_temperature(folds, 0.5, LEVELS, objective="nll")
     assert by_nll == pytest.approx(fit_temperature(*pooled, LEVELS, objective="nll"))
     assert by_ece == pytest.approx(fit_temperature(*pooled, LEVELS))
     assert by_nll > by_ece + 0.1
@@ -314,13 +314,13 @@ def test_checked_temperature_keeps_the_current_one_unless_cross_fitting_improves
     y = rng.normal(size=(2, 400)) * 3.0
     ones = np.ones(400)
     folds = [(y[i], np.zeros(400), ones, ones * 30) for i in range(2)]
-    tau = checked_temperature(*folds, 1.0, LEVELS)
+    tau = checked_temperature(folds, 1.0, LEVELS)
     assert 2.5 < tau < 3.5   # a real gain in both directions: the refitted scale
     # folds that disagree (one overconfident, one underconfident): each fold's temperature
     # makes the other worse, so 1.0 stays
     mixed = [(y[0], np.zeros(400), ones, ones * 30), (y[1] / 9, np.zeros(400), ones, ones * 30)]
-    assert checked_temperature(*mixed, 1.0, LEVELS) == 1.0
-    assert abs(checked_temperature(*folds, 3.0, LEVELS) - 3.0) < 0.1  # already about right
+    assert checked_temperature(mixed, 1.0, LEVELS) == 1.0
+    assert abs(checked_temperature(folds, 3.0, LEVELS) - 3.0) < 0.1  # already about right
 
 
 def test_checked_temperature_keeps_the_current_one_on_folds_too_small_to_tell():
@@ -328,9 +328,30 @@ def test_checked_temperature_keeps_the_current_one_on_folds_too_small_to_tell():
     y = np.random.default_rng(1).normal(size=(2, 400)) * 2.0
     folds = [(y[i], np.zeros(400), np.ones(400), np.full(400, 30.0))
              for i in range(2)]
-    assert checked_temperature(*folds, 1.0, LEVELS) > 1.5
+    assert checked_temperature(folds, 1.0, LEVELS) > 1.5
     small = [(y[i, :12], np.zeros(12), np.ones(12), np.full(12, 30.0)) for i in range(2)]
-    assert checked_temperature(*small, 1.0, LEVELS) == 1.0
+    assert checked_temperature(small, 1.0, LEVELS) == 1.0
+
+
+def test_one_workload_left_out_at_a_time_finds_the_width_two_lopsided_folds_refuse():
+    """Nine workloads, seven of them erring 1.6 times the predicted scale, two narrower and
+    one far wider: cut into two folds whose small one holds the three odd workloads, each
+    fold's median misfits the other and the current temperature stays; left out one at a
+    time, every workload is scored at the others' median, and the width most share is found."""
+    rng = np.random.default_rng(5)
+    n = 120
+    spread = np.array([0.6, 0.7, 4.0] + [1.6] * 6)
+    parts = [(rng.normal(size=n) * s, np.zeros(n), np.ones(n), np.full(n, 30.0)) for s in spread]
+    labels = [np.full(n, i) for i in range(len(parts))]
+
+    def joined(idx):
+        return tuple(np.concatenate([parts[i][k] for i in idx]) for k in range(4))
+
+    odd, rest = [0, 1, 2], list(range(3, 9))
+    folds = [joined(odd), joined(rest)]
+    assert checked_temperature(folds, 1.0, LEVELS, [np.concatenate([labels[i] for i in idx])
+                                                    for idx in (odd, rest)]) == 1.0
+    assert 1.4 < checked_temperature(parts, 1.0, LEVELS, labels) < 1.8
 
 
 def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
@@ -351,7 +372,7 @@ def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
     crossed = np.repeat([fit_temperature(*folds[1], LEVELS),
                          fit_temperature(*folds[0], LEVELS)], 24)
     assert all(np.less(nll_ece(crossed), nll_ece(1.0)))   # the first check passes
-    assert checked_temperature(*folds, 1.0, LEVELS) == 1.0
+    assert checked_temperature(folds, 1.0, LEVELS) == 1.0
 
 
 def test_a_blended_temperature_lands_between_two_estimates_that_miss_on_either_side():
@@ -405,7 +426,7 @@ def test_a_warm_up_refit_is_checked_on_its_own_probes_not_across_workloads(seed)
     y, fresh = (rng.standard_t(8, size=2 * n) * spread for _ in range(2))
     folds = [(y[:n], mu[:n], scale[:n], df[:n]), (y[n:], mu[n:], scale[n:], df[n:])]
 
-    assert checked_temperature(*folds, current, LEVELS) == current
+    assert checked_temperature(folds, current, LEVELS) == current
     refit = refit_temperature((y, mu, scale, df), current, LEVELS)
     assert refit < current
     assert student_t_nll(fresh, mu, scale * refit, df) < student_t_nll(fresh, mu,
@@ -433,7 +454,7 @@ def test_a_few_workloads_the_model_misses_widen_a_pooled_temperature_not_the_med
         fit_temperature(y, mu, scale, df, LEVELS)
     halves = [np.isin(groups, list(part)) for part in ("ace", "bdf")]
     folds = [(y[m], mu[m], scale[m], df[m]) for m in halves]
-    checked = checked_temperature(*folds, 1.0, LEVELS, (groups[halves[0]], groups[halves[1]]))
+    checked = checked_temperature(folds, 1.0, LEVELS, (groups[halves[0]], groups[halves[1]]))
     assert 1.7 < checked < 2.3
 
 
