@@ -119,8 +119,7 @@ def checked_temperature(parts: Sequence[tuple], current: float, levels: np.ndarr
         return student_t_nll(y, mu, scale * tau, df), regression_ece(y, mu, scale * tau, df, levels)
 
     crossed = scores(np.array([fit(owner != i) for i in range(len(parts))])[owner])
-    kept = scores(current)
-    if not (crossed[0] < kept[0] and crossed[1] < kept[1]):
+    if not all(np.less(crossed, scores(current))):
         return current
     return refit_temperature(both, current, levels, labels, objective)
 
