@@ -76,20 +76,23 @@ def fit_temperature(y, mu, scale, df, levels: np.ndarray, smoothing: float = 0.0
 
 
 def median_temperature(y, mu, scale, df, groups, levels: np.ndarray,
-                       least: int = MIN_GROUP_POINTS, objective: Objective = "ece") -> float:
+                       least: int = MIN_GROUP_POINTS, objective: Objective = "ece",
+                       known: dict | None = None) -> float:
     """The median of each group's own fitted temperature (groups of `least` points or
     more; with fewer than MIN_GROUPS of them, the pooled fit). A pooled fit lets a few groups
     whose level the model misses, their residuals a shift rather than a spread, widen every
-    group's intervals; the median scales the spread of a typical group."""
+    group's intervals; the median scales the spread of a typical group. `known`: group ->
+    its own fit, read and filled (for calls on whole groups of the same points)."""
     y, mu, scale, df = (np.asarray(a, dtype=np.float64) for a in (y, mu, scale, df))
-    groups = np.asarray(groups)
+    groups, known = np.asarray(groups), {} if known is None else known
     names, counts = np.unique(groups, return_counts=True)
     kept = names[counts >= least]
     if len(kept) < MIN_GROUPS:
         return fit_temperature(y, mu, scale, df, levels, objective=objective)
-    return float(np.median([fit_temperature(y[m], mu[m], scale[m], df[m], levels,
-                                            objective=objective)
-                            for m in (groups == g for g in kept)]))
+    for g in (g for g in kept if g not in known):
+        m = groups == g
+        known[g] = fit_temperature(y[m], mu[m], scale[m], df[m], levels, objective=objective)
+    return float(np.median([known[g] for g in kept]))
 
 
 def checked_temperature(parts: Sequence[tuple], current: float, levels: np.ndarray,
@@ -98,28 +101,28 @@ def checked_temperature(parts: Sequence[tuple], current: float, levels: np.ndarr
     probes of each workload) each get the temperature fitted on all the others: only if these
     cross-fitted predictions have lower NLL and ECE than `current` gives them, pooled, is the
     temperature refitted on every part, and it is returned only if it too lowers both there;
-    otherwise `current` is kept. (One is fitted, by `objective`, both are checked: a
-    temperature that trades one for the other is noise.)
-    With `groups` (each part's group labels, e.g. workloads) a fit is median_temperature's.
-    A fit on fewer than MIN_GROUP_POINTS probes keeps `current`: on a dozen probes two parts'
-    ECEs differ by more than any temperature changes them."""
+    otherwise `current` is kept (fitted by `objective`, both checked: a temperature that
+    trades one for the other is noise). With `groups` (each part's labels, e.g. workloads) a
+    fit is median_temperature's. A fit on fewer than MIN_GROUP_POINTS probes keeps `current`:
+    on a dozen probes two parts' ECEs differ by more than any temperature changes them."""
     sizes = [len(p[0]) for p in parts]
     if len(parts) < 2 or sum(sizes) - max(sizes) < MIN_GROUP_POINTS:
         return current
-    y, mu, scale, df = both = tuple(np.concatenate(x) for x in zip(*parts))
+    both = tuple(np.concatenate(x) for x in zip(*parts))
     labels = None if groups is None else np.concatenate(groups)
     owner = np.repeat(np.arange(len(parts)), sizes)
+    # Groups each whole in one part fit alike wherever they are left in: fitted once.
+    whole = labels is not None and len(set(labels)) == sum(len(set(g)) for g in groups)
+    known = {} if whole else None
 
     def fit(mask: np.ndarray) -> float:
         part = tuple(x[mask] for x in both)
         return (fit_temperature(*part, levels, objective=objective) if labels is None
-                else median_temperature(*part, labels[mask], levels, objective=objective))
+                else median_temperature(*part, labels[mask], levels, objective=objective,
+                                        known=known))
 
-    def scores(tau: np.ndarray | float) -> tuple[float, float]:
-        return student_t_nll(y, mu, scale * tau, df), regression_ece(y, mu, scale * tau, df, levels)
-
-    crossed = scores(np.array([fit(owner != i) for i in range(len(parts))])[owner])
-    if not all(np.less(crossed, scores(current))):
+    crossed = np.array([fit(owner != i) for i in range(len(parts))])[owner]
+    if not all(np.less(_nll_ece(both, crossed, levels), _nll_ece(both, current, levels))):
         return current
     return refit_temperature(both, current, levels, labels, objective)
 
@@ -135,12 +138,9 @@ def carried_temperature(temperature: float, before: np.ndarray, after: np.ndarra
 
 
 def blended_temperature(prior: float, refit: float) -> float:
-    """The geometric mean of two temperatures, for two estimates of one width whose errors
-    differ in kind: a warm-up's refit answers for the probes it was fitted on (random samples
-    of the new device), the donor's carried width for the candidates of new workloads it was
-    calibrated on. The candidates a search then asks about (evolved, the fast end) are
-    neither, and the two tend to miss them on opposite sides, the refit sometimes too wide and
-    sometimes too narrow."""
+    """The geometric mean of two estimates of one width that err in kind: a warm-up's refit
+    answers for its random probes, the donor's carried width for new workloads' candidates; a
+    search asks about evolved ones, which the two tend to miss on opposite sides."""
     return float(np.sqrt(prior * refit))
 
 
@@ -154,9 +154,10 @@ def refit_temperature(part: tuple, current: float, levels: np.ndarray,
         return current
     tau = (fit_temperature(y, mu, scale, df, levels, objective=objective) if groups is None
            else median_temperature(y, mu, scale, df, groups, levels, objective=objective))
+    better = np.less(_nll_ece(part, tau, levels), _nll_ece(part, current, levels))
+    return tau if all(better) else current
 
-    def scores(t: float) -> tuple[float, float]:
-        return student_t_nll(y, mu, scale * t, df), regression_ece(y, mu, scale * t, df, levels)
 
-    new, old = scores(tau), scores(current)
-    return tau if new[0] < old[0] and new[1] < old[1] else current
+def _nll_ece(part: tuple, tau: np.ndarray | float, levels: np.ndarray) -> tuple[float, float]:
+    y, mu, scale, df = part
+    return student_t_nll(y, mu, scale * tau, df), regression_ece(y, mu, scale * tau, df, levels)
