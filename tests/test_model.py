@@ -334,7 +334,7 @@ def test_checked_temperature_keeps_the_current_one_on_folds_too_small_to_tell():
 
 
 def test_one_workload_left_out_at_a_time_finds_the_width_two_lopsided_folds_refuse():
-    """Nine workloads, seven of them erring 1.6 times the predicted scale, two narrower and
+    """Nine workloads, six of them erring 1.6 times the predicted scale, two narrower and
     one far wider: cut into two folds whose small one holds the three odd workloads, each
     fold's median misfits the other and the current temperature stays; left out one at a
     time, every workload is scored at the others' median, and the width most share is found."""
