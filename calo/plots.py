@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -50,6 +51,13 @@ def latency_over_time(path: Path, curves: dict[str, list[tuple[float, float]]], 
 # More subjects than this on one axes is a tangle of lines: one panel per subject instead.
 MAX_SUBJECTS_PER_AXES = 3
 PANEL_COLUMNS = 3
+# A panel's title as wide as its panel, in two lines at most: TVM names a workload read from a
+# plain database after its blocks, which can run across the next panel.
+PANEL_TITLE_CHARS = 40
+
+
+def _panel_title(subject: str) -> str:
+    return "\n".join(textwrap.wrap(subject, PANEL_TITLE_CHARS, max_lines=2, placeholder=" ..."))
 
 
 def _lines(path: Path, curves: dict[str, list[tuple[float, float]]], title: str,
@@ -74,7 +82,8 @@ def _lines(path: Path, curves: dict[str, list[tuple[float, float]]], title: str,
             draw(x, y, label=model if panels else label, linewidth=1.2,
                  **({"where": "post"} if step else {}), **style)
     for subject, ax in axes.items():
-        ax.set(xlabel=xlabel, ylabel=ylabel, yscale="log", title=subject if panels else title)
+        ax.set(xlabel=xlabel, ylabel=ylabel, yscale="log")
+        ax.set_title(_panel_title(subject) if panels else title, fontsize=10 if panels else None)
         _log_ticks(ax)
     for ax in grid.flat[len(subjects):] if panels else []:
         ax.set_visible(False)
