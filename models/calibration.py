@@ -124,7 +124,7 @@ def checked_temperature(parts: Sequence[tuple], current: float, levels: np.ndarr
     crossed = np.array([fit(owner != i) for i in range(len(parts))])[owner]
     if not all(np.less(_nll_ece(both, crossed, levels), _nll_ece(both, current, levels))):
         return current
-    return refit_temperature(both, current, levels, labels, objective)
+    return refit_temperature(both, current, levels, labels, objective, known)
 
 
 def carried_temperature(temperature: float, before: np.ndarray, after: np.ndarray) -> float:
@@ -145,15 +145,17 @@ def blended_temperature(prior: float, refit: float) -> float:
 
 
 def refit_temperature(part: tuple, current: float, levels: np.ndarray,
-                      groups: np.ndarray | None = None, objective: Objective = "ece") -> float:
+                      groups: np.ndarray | None = None, objective: Objective = "ece",
+                      known: dict | None = None) -> float:
     """The temperature fitted on these probes (y, mu, scale, df; median_temperature's with
-    `groups`) if it lowers both their NLL and their ECE against `current`, else `current`.
-    Fewer than 2 * MIN_GROUP_POINTS probes keep `current`."""
+    `groups`, and its `known`) if it lowers both their NLL and their ECE against `current`,
+    else `current`. Fewer than 2 * MIN_GROUP_POINTS probes keep `current`."""
     y, mu, scale, df = part
     if len(y) < 2 * MIN_GROUP_POINTS:
         return current
     tau = (fit_temperature(y, mu, scale, df, levels, objective=objective) if groups is None
-           else median_temperature(y, mu, scale, df, groups, levels, objective=objective))
+           else median_temperature(y, mu, scale, df, groups, levels, objective=objective,
+                                   known=known))
     better = np.less(_nll_ece(part, tau, levels), _nll_ece(part, current, levels))
     return tau if all(better) else current
 
