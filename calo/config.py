@@ -347,7 +347,8 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     """Read params.yaml (or $CALO_PARAMS) and check every value."""
     path = Path(path or os.environ.get(PARAMS_ENV, DEFAULT_PARAMS))
     if not path.is_file():
-        raise CaloError(f"parameters file not found: {path}")
+        raise CaloError(f"parameters file not found: {path.resolve()} (run calo in the project's "
+                        f"directory, or name the file with --params or ${PARAMS_ENV})")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:

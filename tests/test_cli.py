@@ -119,6 +119,15 @@ def test_unreadable_params_file(tmp_path, capsys):
     assert code == 2 and "is not valid YAML" in err
 
 
+def test_a_missing_params_file_says_where_it_looked_and_how_to_name_one(tmp_path, capsys,
+                                                                      monkeypatch):
+    monkeypatch.delenv("CALO_PARAMS", raising=False)
+    code, err = cli(capsys, "evaluate", "--model", "donor", "--records", str(tmp_path),
+                    cwd=tmp_path)
+    assert code == 2
+    assert str(tmp_path / "params.yaml") in err and "--params" in err and "CALO_PARAMS" in err
+
+
 def test_unknown_finetune_layers_are_rejected(tmp_path, params, capsys):
     raw = yaml.safe_load(Path(params.path).read_text())
     raw["finetune"]["rule"][0]["layers"] = "encoder"
