@@ -16,6 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, SAGEConv, TopKPooling, global_max_pool, global_mean_pool
 
+from calo.models.ranking import listwise_rank_loss, pairwise_rank_loss
+from calo.models.relations import RelationSegments
+
 _EPS = 1e-6
 # The deterministic head's fixed NIG: nu = 1, alpha = 50, beta = 25 is a near-Gaussian with unit
 # scale in standardized units, so one global temperature is its whole variance model.
@@ -196,48 +199,6 @@ class EvidentialSAGE(nn.Module):
         self.y_std.copy_(y[1].nan_to_num(1.0).clamp_min(1e-3))
 
 
-class RelationSegments:
-    """All relations' SAGE mean aggregations at once, over the (relation, target) pairs with edges.
-
-    Equal to summing each relation's SAGEConv (mean aggregation, no root weight, no bias) with
-    the same weights, but a node gets no work for a relation it has no edge of. Called per
-    relation, SAGEConv aggregates, divides and transforms every node for all 2 x 4 relations; in
-    a search population most of those rows are zeros and they were most of the forward time.
-    The segments depend only on the graph, so they are built once and shared by the layers.
-    """
-
-    def __init__(self, edge_index: Tensor, edge_type: Tensor, num_nodes: int, num_relations: int):
-        # Slots are the (relation, target) pairs with edges, sorted by relation, then by target:
-        # counted over the dense pair space, in time linear in edges and pairs, rather than
-        # sorting every edge's key (torch.unique) on each scoring call.
-        key = edge_type * num_nodes + edge_index[1]
-        edges_of = torch.bincount(key, minlength=num_relations * num_nodes)
-        keys = edges_of.nonzero().squeeze(1)
-        self.slot = (edges_of > 0).cumsum(0)[key] - 1
-        self.source, self.target = edge_index[0], keys % num_nodes
-        self.inv_count = (1.0 / edges_of[keys]).unsqueeze(-1)
-        slots_per_relation = (edges_of.view(num_relations, num_nodes) > 0).sum(1)
-        self.bounds = [0, *slots_per_relation.cumsum(0).tolist()]
-
-    def aggregate(self, h: Tensor, weights: list[Tensor], out: Tensor) -> Tensor:
-        """out + sum over relations r of W_r (mean of h over the r-neighbours), per node."""
-        neighbours = h.index_select(0, self.source)
-        mean = h.new_zeros(len(self.target), h.shape[1]).index_add_(0, self.slot, neighbours)
-        if not torch.is_grad_enabled() and not torch.is_autocast_enabled(h.device.type):
-            # Scoring: every relation's messages in one buffer, added to the nodes in one call.
-            # Slots run relation by relation, so each node sums the same terms in the same order
-            # as below, bit for bit, in fewer passes. `out=` has no gradient and is not cast
-            # by autocast, hence two paths.
-            messages = torch.empty_like(mean.mul_(self.inv_count))
-            for w, lo, hi in zip(weights, self.bounds, self.bounds[1:]):
-                torch.mm(mean[lo:hi], w.T, out=messages[lo:hi])
-            return out.index_add_(0, self.target, messages)
-        mean = mean * self.inv_count
-        for w, lo, hi in zip(weights, self.bounds, self.bounds[1:]):
-            out.index_add_(0, self.target[lo:hi], mean[lo:hi] @ w.T)
-        return out
-
-
 def nig_nll(y: Tensor, d: NIG) -> Tensor:
     """Negative log-likelihood of y under the NIG marginal (a Student-t), per sample."""
     omega = 2 * d.beta * (1 + d.nu)
@@ -256,61 +217,6 @@ def evidential_loss(y: Tensor, d: NIG, lam: float, weight: Tensor | None = None)
 
 def _mean(loss: Tensor, weight: Tensor | None) -> Tensor:
     return loss.mean() if weight is None else (loss * weight).sum() / weight.sum()
-
-
-def pairwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None = None,
-                       throughput: Tensor | None = None, discount: bool = False) -> Tensor:
-    """Logistic loss on ordered pairs: the faster schedule of a pair should score lower.
-
-    The tuner ranks the candidates of one workload, so with `group` only pairs within a group
-    count (a pair of a LayerNorm and a matmul teaches what the regression already knows). With
-    `throughput` (best latency / latency, in (0, 1]) a pair weighs its difference in throughput:
-    swapping the fastest candidate for a slow one costs the most, swapping two 1000x-slow ones
-    next to nothing. With `discount` too, a pair also weighs the change in DCG's position
-    discount, 1 / log2(1 + rank), were its two predicted ranks in its group swapped
-    (LambdaRank): order among the candidates predicted fastest, which a search measures, costs
-    more than order far down the list.
-    """
-    same = (torch.ones_like(y, dtype=torch.bool)[:, None] if group is None
-            else group[:, None] == group[None, :])
-    pairs = (y[:, None] < y[None, :]) & same
-    if not pairs.any():
-        return pred.sum() * 0.0
-    loss = F.softplus(pred[:, None] - pred[None, :])[pairs]
-    if throughput is None:
-        return loss.mean()
-    weight = (throughput[:, None] - throughput[None, :]).abs()
-    if discount:
-        rank = 1 + ((pred.detach()[None, :] < pred.detach()[:, None]) & same).sum(1)
-        position = 1 / torch.log2(1 + rank.to(pred.dtype))
-        weight = weight * (position[:, None] - position[None, :]).abs()
-    weight = weight[pairs]
-    return (loss * weight).sum() / weight.sum().clamp_min(_EPS)
-
-
-def group_log_softmax(x: Tensor, group: Tensor) -> Tensor:
-    """log softmax of x within each group (group: dense indices 0..G-1)."""
-    size = int(group.max()) + 1
-    top = x.new_full((size,), -math.inf).scatter_reduce(0, group, x.detach(), "amax")
-    shifted = x - top[group]
-    total = x.new_zeros(size).index_add_(0, group, shifted.exp())
-    return shifted - total.log()[group]
-
-
-def listwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None, sharpness: float) -> Tensor:
-    """ListNet within each group: cross-entropy from softmax(-sharpness * y) to
-    softmax(-sharpness * pred), averaged over groups.
-
-    The target puts weight exp(-sharpness) on a candidate one unit slower than another, so with a
-    high sharpness nearly all of it sits on the fastest few: errors at the fast end cost, the
-    order of the slow bulk hardly. Its minimum is at pred = y + a per-group constant, so it
-    agrees with the regression instead of pulling against it.
-    """
-    group = torch.zeros_like(y, dtype=torch.long) if group is None else torch.unique(
-        group, return_inverse=True)[1]
-    target = group_log_softmax(-sharpness * y, group).exp()
-    cross = -(target * group_log_softmax(-sharpness * pred, group))
-    return cross.sum() / (int(group.max()) + 1)
 
 
 def cost_loss(y: Tensor, d: NIG, lam: float, deterministic: bool = False,

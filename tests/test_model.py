@@ -24,8 +24,8 @@ from calo.models.evidential import (
     EvidentialSAGE,
     evidential_loss,
     nig_nll,
-    pairwise_rank_loss,
 )
+from calo.models.ranking import pairwise_rank_loss
 from calo.models.training import (
     WorkloadBatches,
     fit,
@@ -211,7 +211,7 @@ def test_recentering_fits_a_device_three_times_slower_without_changing_the_order
 
 
 def test_pairwise_rank_loss_rewards_the_measured_order():
-    from calo.models.evidential import pairwise_rank_loss
+    from calo.models.ranking import pairwise_rank_loss
 
     y = torch.tensor([0.0, 1.0, 2.0])
     assert pairwise_rank_loss(y, y) < pairwise_rank_loss(y, -y)
@@ -261,7 +261,7 @@ def test_lambda_discount_weighs_order_at_the_predicted_top_more():
 
 
 def test_listwise_loss_is_per_group_cross_entropy_and_focuses_on_the_fast_end():
-    from calo.models.evidential import listwise_rank_loss
+    from calo.models.ranking import listwise_rank_loss
 
     y = torch.log(torch.tensor([1.0, 2.0, 100.0, 200.0, 3.0, 4.0]))
     group = torch.tensor([7, 7, 7, 7, 9, 9])
@@ -523,7 +523,7 @@ def test_fast_collation_matches_pyg_batching(stores):
 
 
 def test_fused_relation_aggregation_equals_one_sageconv_per_relation():
-    from calo.models.evidential import RelationSegments
+    from calo.models.relations import RelationSegments
 
     torch.manual_seed(0)
     nodes, relations, hidden = 9, 4, 5
@@ -552,7 +552,7 @@ def test_fused_relation_aggregation_equals_one_sageconv_per_relation():
 def test_scoring_aggregates_exactly_as_training_does():
     """Without gradients the relations' messages are added in one call: the same sums in the
     same order, so a scored candidate gets the number a trained model's evaluation gave it."""
-    from calo.models.evidential import RelationSegments
+    from calo.models.relations import RelationSegments
 
     torch.manual_seed(1)
     nodes, relations, hidden, edges = 3000, 8, 64, 4000
