@@ -157,6 +157,7 @@ class TrainedModel:
 
     def describe(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self.config), "temperature": self.temperature,
+                "scale_power": self.net.scale_power,
                 "device_temperatures": self.device_temperatures,
                 "correction": None if self.correction is None else self.correction.describe(),
                 "donor_rows": None if self.donor_rows is None else len(self.donor_rows[1]),
@@ -174,6 +175,7 @@ class TrainedModel:
             config = ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
                                     for k, v in blob.items() if k in fields})
             temperature = float(blob["temperature"])
+            scale_power = float(blob.get("scale_power", 1.0))  # older models: 1
             per_device = {str(k): float(v)
                           for k, v in blob.get("device_temperatures", {}).items()}
         except (ValueError, TypeError, KeyError, AttributeError) as err:
@@ -187,6 +189,7 @@ class TrainedModel:
             raise CaloError(f"{path / WEIGHTS} does not hold this model's weights: "
                             f"{reason(err)[:160]}") from None
         net.eval()
+        net.scale_power = scale_power
         correction = None
         if blob.get("correction"):
             try:

@@ -232,6 +232,7 @@ class Calibrate:
     warmup_donor_fit: bool = False  # refit the donor's temperature on every warm-up probe first
     objective: Literal["ece", "nll"] = "ece"   # what every temperature fit minimizes
     per_target: bool = False  # a donor of several devices: a temperature per target too
+    scale_power: bool = False  # the donor's widths follow its predicted scale by an exponent
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,12 @@ class NIG(NamedTuple):
     def scaled(self, tau: float) -> NIG:
         return NIG(self.gamma, self.nu, self.alpha, self.beta * tau**2)
 
+    def powered(self, power: float) -> NIG:
+        """Every variance rescaled so that the t-scale s becomes s ** power (1: unchanged)."""
+        if power == 1:
+            return self
+        return NIG(self.gamma, self.nu, self.alpha, self.beta * self.t_scale ** (2 * (power - 1)))
+
     def affine(self, shift: Tensor | float, scale: Tensor | float) -> NIG:
         """The same distribution for y' = shift + scale * y."""
         return NIG(shift + scale * self.gamma, self.nu, self.alpha, self.beta * scale**2)
@@ -90,6 +96,9 @@ class EvidentialSAGE(nn.Module):
         self.register_buffer("x_std", torch.ones(num_features))
         self.register_buffer("y_mean", torch.zeros(()))
         self.register_buffer("y_std", torch.ones(()))
+        # Calibration's exponent on the predicted scale in log seconds (calibration.scale_power):
+        # served widths follow the scale less than in proportion. Saved with the configuration.
+        self.scale_power = 1.0
         self.embed = nn.Linear(num_features, hidden)
         self.roots = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(layers))
 
@@ -175,8 +184,8 @@ class EvidentialSAGE(nn.Module):
             param.requires_grad = layers == "all" or name.startswith("head.")
 
     def to_log_latency(self, out: NIG) -> NIG:
-        """Map a standardized prediction back to natural-log seconds."""
-        return out.affine(self.y_mean, self.y_std)
+        """Map a standardized prediction back to natural-log seconds, its scale calibrated."""
+        return out.affine(self.y_mean, self.y_std).powered(self.scale_power)
 
     def standardize(self, y: Tensor) -> Tensor:
         return (y - self.y_mean) / self.y_std

@@ -11,12 +11,14 @@ from calo.dataset import load_graphs
 from calo.models.calibration import (
     blended_temperature,
     carried_temperature,
+    checked_scale_power,
     checked_temperature,
     confidence_levels,
     fit_temperature,
     median_temperature,
     refit_temperature,
     regression_ece,
+    scale_power,
     student_t_nll,
 )
 from calo.models.evidential import (
@@ -352,6 +354,41 @@ def test_one_workload_left_out_at_a_time_finds_the_width_two_lopsided_folds_refu
     assert checked_temperature(folds, 1.0, LEVELS, [np.concatenate([labels[i] for i in idx])
                                                     for idx in (odd, rest)]) == 1.0
     assert 1.4 < checked_temperature(parts, 1.0, LEVELS, labels) < 1.8
+
+
+def _workloads_erring(width, scales, n=80, seed=3):
+    """One part per workload: predicted scale s, errors width(s) wide (y, mu, scale, df)."""
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=n) * width(s), np.zeros(n), np.full(n, s), np.full(n, 30.0))
+            for s in scales]
+
+
+def test_widths_that_follow_the_scale_less_than_in_proportion_get_an_exponent():
+    """Workloads whose errors grow as the square root of the predicted scale: the one
+    temperature that suits a typical workload is too narrow for the narrow-scaled ones and too
+    wide for the wide; the exponent fits both, and workloads left out of its fit are served
+    better than by one temperature. Where errors are a fixed multiple of the scale, it is
+    about 1 (one temperature) and the check leaves it near there."""
+    scales = np.geomspace(0.05, 2.0, 12)
+    labels = [np.full(80, i) for i in range(12)]
+    parts = _workloads_erring(lambda s: 0.8 * np.sqrt(s), scales)
+    power, tau = scale_power(*(np.concatenate(x) for x in zip(*parts)),
+                             np.concatenate(labels), LEVELS)
+    assert 0.35 < power < 0.65 and 0.6 < tau < 1.0
+    assert 0.35 < checked_scale_power(parts, labels, LEVELS) < 0.65
+    proportional = _workloads_erring(lambda s: 1.5 * s, scales)
+    assert abs(checked_scale_power(proportional, labels, LEVELS) - 1.0) < 0.1
+    # a slope through fewer than eight workloads' temperatures is not fitted
+    assert checked_scale_power(parts[:7], labels[:7], LEVELS) == 1.0
+
+
+def test_a_powered_nig_serves_its_scale_to_the_power_and_keeps_its_mean():
+    d = NIG(torch.tensor([0.5, -1.0]), torch.tensor([2.0, 0.3]), torch.tensor([3.0, 1.5]),
+            torch.tensor([0.02, 4.0]))
+    p = d.powered(0.5)
+    assert torch.allclose(p.t_scale, d.t_scale.sqrt()) and torch.equal(p.gamma, d.gamma)
+    assert torch.allclose(p.epistemic_var / d.epistemic_var, p.t_scale**2 / d.t_scale**2)
+    assert d.powered(1.0) is d
 
 
 def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():
