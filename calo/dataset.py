@@ -84,6 +84,11 @@ class GraphSet:
         return self.select([split_of(w, r, fractions) == name
                             for w, r in zip(self.workload, self.record)])
 
+    def by_workload(self) -> list[GraphSet]:
+        """One GraphSet per workload, in name order."""
+        return [self.select([w == name for w in self.workload])
+                for name in sorted(set(self.workload))]
+
     def workload_share(self, share: float) -> set[str]:
         """A share of the workload names (at least one, none of a single workload), chosen by a
         stable hash of the name."""

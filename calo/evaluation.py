@@ -87,8 +87,7 @@ def checked_scale_power(model: EvidentialSAGE, graphs: GraphSet, levels: int,
     """The exponent the model's predicted scales are served at (cal.checked_scale_power), for
     these calibration graphs, one workload left out at a time: 1 unless it serves them better
     than one temperature does."""
-    names = sorted(set(graphs.workload))
-    parts = [graphs.select([w == name for w in graphs.workload]) for name in names]
+    parts = graphs.by_workload()
     kept, model.scale_power = model.scale_power, 1.0  # the fit reads the network's own scales
     try:
         predicted = [predictive(model, p) for p in parts]
@@ -117,10 +116,9 @@ def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
             return current
         return cal.refit_temperature(predictive(model, graphs, correction=correction), current,
                                      confidence_levels(levels), objective=objective)
-    names = sorted(set(graphs.workload))
-    if len(names) >= 2:  # one workload left out at a time: no draw of folds decides
-        parts = [graphs.select([w == name for w in graphs.workload]) for name in names]
-    else:
+    parts = graphs.by_workload()
+    # Workloads are left out one at a time (no draw of folds decides); one is cut in halves.
+    if len(parts) < 2:
         halves = Split(val=0.5, test=0.0)
         fold = [split_of(w, r, halves) == "val" for w, r in zip(graphs.workload, graphs.record)]
         parts = [p for p in (graphs.select([not f for f in fold]), graphs.select(fold)) if len(p)]
