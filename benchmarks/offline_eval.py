@@ -539,122 +539,11 @@ def save(out: Path, report: dict) -> dict:
     return report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--split", choices=["unseen-shape", "dev", "dev-shape"],
-                        default="unseen-shape")
-    parser.add_argument("--warmups", type=int, nargs="+", default=None,
-                        help="warm-up records per held-out workload (default: 0 8 32 96; on "
-                             "the selection splits 0 8 32)")
-    parser.add_argument("--choose", choices=["first", "random"], default="first",
-                        help="the warm-up: each workload's first measured records (default), "
-                             "or its first random samples, as a new device's probes (on the "
-                             "selection splits, whose pools interleave random and evolved "
-                             "candidates, this leaves mostly evolved ones held out, as the "
-                             "unseen-shape split's pools do from any warm-up)")
-    parser.add_argument("--compare", type=int, nargs="*", default=[8, 32],
-                        help="warm-up sizes also chosen by uncertainty (default: 8 32; "
-                             "--compare alone: none)")
-    parser.add_argument("--devices", nargs="+", default=None, choices=list(HELD_OUT_POOLS),
-                        help="held-out devices (default: both; cpu-host on the selection "
-                             "splits, where another device scores the same workloads from its "
-                             "pool)")
-    parser.add_argument("--held-out", type=Path, nargs="+", default=None, metavar="POOL",
-                        help="unseen-shape split: score on these pools instead (packed .tar.gz "
-                             "or store directories, any TVM database), e.g. another device's "
-                             "suite pool for transfer to that device")
-    parser.add_argument("--selection-pool", type=Path, default=None, metavar="POOL",
-                        help="selection splits: score the one device of --devices from "
-                             "this pool (packed .tar.gz or a store directory) instead of its "
-                             "suite pool, e.g. benchmarks/data/selection-cpu-generic-1core.tar.gz"
-                             ", the split's held-out workloads measured deep enough for "
-                             "warm-ups past 8 records, or the selection-searched-* pools, "
-                             "measured as the unseen-shape split's pools are")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a params.yaml value, e.g. train.rank_weight=0")
-    parser.add_argument("--donor-pool", type=Path, default=POOLS["cpu-host"],
-                        help="the donor pool: a packed pool (.tar.gz) or a store directory")
-    parser.add_argument("--donor-model", type=Path, default=None,
-                        help="reuse the donor model saved here (trained and saved there if "
-                             "absent): for comparing fine-tune settings on one donor")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the report (default: benchmarks/results/offline_eval.json)")
-    parser.add_argument("--tvm", action=argparse.BooleanOptionalAction, default=None,
-                        help="train and score TVM's models too (default: on the unseen-shape "
-                             "split, off on the selection split)")
-    parser.add_argument("--device-records", action="store_true",
-                        help="unseen-shape split: on a device other than the donor's, score "
-                             "the device's model instead of the donor (the donor fine-tuned and "
-                             "calibrated on the device's suite pool by the pipeline's stages, "
-                             "the unseen operators left out), and train TVM's donor models on "
-                             "those records too")
-    parser.add_argument("--fit", action="store_true",
-                        help="also rank the donor's own training records (and its validation "
-                             "and test records) with the donor and with TVM's XGBModel trained "
-                             "on the same records: the report's donor_fit")
-    parser.add_argument("--baselines-from", type=Path, default=None, metavar="REPORT",
-                        help="take TVM's rows from this earlier report where a split has the "
-                             "same donor, warm-up and held-out records, instead of training "
-                             "them again (they do not depend on our settings)")
-    parser.add_argument("--pretrain-also", nargs="*", default=None, choices=list(POOLS),
-                        metavar="DEVICE",
-                        help="the donor also pre-trains on these devices' suite pools (the "
-                             "records the split leaves the donor; each device's records of a "
-                             "workload a workload of their own; graph kind device-schedule), and "
-                             "TVM's donor models train on them too. Default: the other CPU's "
-                             "pool, with the committed cpu-host donor pool; give it no devices "
-                             "for a donor of one device")
-    parser.add_argument("--summarize", type=Path, nargs="+", default=None, metavar="REPORT",
-                        help="print an earlier report's paired comparison with TVM's models "
-                             "and stop; several reports of one split whose donors differ in "
-                             "their draw (--set train.seed=N): their mean over donors against "
-                             "TVM's models, written to --out if given")
-    parser.add_argument("--join", action="store_true",
-                        help="with --summarize: reports of one donor and settings on different "
-                             "held-out pools of the same devices (e.g. --held-out the split's "
-                             "second pools), each device's pools joined into one comparison "
-                             "over all their workloads, written to --out if given")
-    args = parser.parse_args()
-    if args.join and not args.summarize:
-        parser.error("--join is for --summarize R1 R2 ...: reports to join")
-    if args.summarize:
-        missing = [str(p) for p in args.summarize if not p.is_file()]
-        if missing:
-            parser.error(f"--summarize: no report at {', '.join(missing)}")
-        reports = [json.loads(p.read_text()) for p in args.summarize]
-        if args.join or len(reports) > 1:
-            summarize, show = ((joined, print_joined) if args.join
-                               else (across_donors, print_across_donors))
-            summary = summarize(reports)
-            show(summary)
-            if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(
-                    {"reports": [str(p) for p in args.summarize], **summary}, indent=1))
-        elif not print_paired(reports[0]):
-            print(f"{args.summarize[0]}: no split with TVM's models to compare (run with --tvm)")
-        return
-    args.out = args.out or ROOT / "results" / "offline_eval.json"
-    if args.pretrain_also is None:
-        shared = args.donor_pool.resolve() == POOLS["cpu-host"] and not args.device_records
-        args.pretrain_also = [d for d in POOLS if d != "cpu-host"] if shared else []
-    if args.device_records and (args.split != "unseen-shape" or args.held_out):
-        parser.error("--device-records is for the unseen-shape split's own held-out pools")
-    if args.selection_pool and not (args.split.startswith("dev")
-                                    and len(args.devices or []) == 1):
-        parser.error("--selection-pool is for a selection split (--split dev or dev-shape) "
-                     "with --devices naming the one device it was measured on")
-    if args.selection_pool and not args.selection_pool.exists():
-        parser.error(f"--selection-pool: no pool at {args.selection_pool}")
-    donor_model = args.donor_model.resolve() if args.donor_model else None
-    args.donor_pool = args.donor_pool.resolve()
-    args.held_out = args.held_out and [p.resolve() for p in args.held_out]
-    args.selection_pool = args.selection_pool and args.selection_pool.resolve()
-    args.out = args.out.resolve()
-    args.baselines_from = args.baselines_from and args.baselines_from.resolve()
+def run_splits(args: argparse.Namespace, base: Settings, work: Path,
+               donor_model: Path | None) -> dict:
+    """Train (or reuse) the donor and score each held-out pool at each warm-up size, in the
+    work directory; the report is saved to args.out after every split."""
     log = get_logger()
-    base = load_settings(Path("params.yaml").resolve())
-    work = Path(tempfile.mkdtemp(prefix="calo-offline-eval-"))
     os.chdir(work)  # data/ and mlflow.db of this evaluation stay out of the project's
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     pools = work / "pools"
@@ -783,6 +672,147 @@ def main() -> None:
                 report["paired"][name] = paired(result)
             print(f"\n== {name}\n{format_table(result)}", flush=True)
             report = save(args.out, report)
+    return report
+
+
+def clear_work(work: Path, keep_donor: bool) -> None:
+    """Remove a run's work directory (its unpacked pools, graphs and tracking store: some
+    hundreds of MB each run); a donor trained there without --donor-model stays, so nothing
+    trained is lost, and a later run reuses it by that path."""
+    donor = work / "models"
+    if keep_donor and (donor / "donor" / "model.json").is_file():
+        for part in work.iterdir():
+            if part.is_dir() and part != donor:
+                shutil.rmtree(part)
+            elif part.is_file():
+                part.unlink()
+        get_logger().info(f"offline eval: the donor stays in {donor / 'donor'} "
+                          "(--donor-model reuses it)")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", choices=["unseen-shape", "dev", "dev-shape"],
+                        default="unseen-shape")
+    parser.add_argument("--warmups", type=int, nargs="+", default=None,
+                        help="warm-up records per held-out workload (default: 0 8 32 96; on "
+                             "the selection splits 0 8 32)")
+    parser.add_argument("--choose", choices=["first", "random"], default="first",
+                        help="the warm-up: each workload's first measured records (default), "
+                             "or its first random samples, as a new device's probes (on the "
+                             "selection splits, whose pools interleave random and evolved "
+                             "candidates, this leaves mostly evolved ones held out, as the "
+                             "unseen-shape split's pools do from any warm-up)")
+    parser.add_argument("--compare", type=int, nargs="*", default=[8, 32],
+                        help="warm-up sizes also chosen by uncertainty (default: 8 32; "
+                             "--compare alone: none)")
+    parser.add_argument("--devices", nargs="+", default=None, choices=list(HELD_OUT_POOLS),
+                        help="held-out devices (default: both; cpu-host on the selection "
+                             "splits, where another device scores the same workloads from its "
+                             "pool)")
+    parser.add_argument("--held-out", type=Path, nargs="+", default=None, metavar="POOL",
+                        help="unseen-shape split: score on these pools instead (packed .tar.gz "
+                             "or store directories, any TVM database), e.g. another device's "
+                             "suite pool for transfer to that device")
+    parser.add_argument("--selection-pool", type=Path, default=None, metavar="POOL",
+                        help="selection splits: score the one device of --devices from "
+                             "this pool (packed .tar.gz or a store directory) instead of its "
+                             "suite pool, e.g. benchmarks/data/selection-cpu-generic-1core.tar.gz"
+                             ", the split's held-out workloads measured deep enough for "
+                             "warm-ups past 8 records, or the selection-searched-* pools, "
+                             "measured as the unseen-shape split's pools are")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a params.yaml value, e.g. train.rank_weight=0")
+    parser.add_argument("--donor-pool", type=Path, default=POOLS["cpu-host"],
+                        help="the donor pool: a packed pool (.tar.gz) or a store directory")
+    parser.add_argument("--donor-model", type=Path, default=None,
+                        help="reuse the donor model saved here (trained and saved there if "
+                             "absent): for comparing fine-tune settings on one donor")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the report (default: benchmarks/results/offline_eval.json)")
+    parser.add_argument("--tvm", action=argparse.BooleanOptionalAction, default=None,
+                        help="train and score TVM's models too (default: on the unseen-shape "
+                             "split, off on the selection split)")
+    parser.add_argument("--device-records", action="store_true",
+                        help="unseen-shape split: on a device other than the donor's, score "
+                             "the device's model instead of the donor (the donor fine-tuned and "
+                             "calibrated on the device's suite pool by the pipeline's stages, "
+                             "the unseen operators left out), and train TVM's donor models on "
+                             "those records too")
+    parser.add_argument("--fit", action="store_true",
+                        help="also rank the donor's own training records (and its validation "
+                             "and test records) with the donor and with TVM's XGBModel trained "
+                             "on the same records: the report's donor_fit")
+    parser.add_argument("--baselines-from", type=Path, default=None, metavar="REPORT",
+                        help="take TVM's rows from this earlier report where a split has the "
+                             "same donor, warm-up and held-out records, instead of training "
+                             "them again (they do not depend on our settings)")
+    parser.add_argument("--pretrain-also", nargs="*", default=None, choices=list(POOLS),
+                        metavar="DEVICE",
+                        help="the donor also pre-trains on these devices' suite pools (the "
+                             "records the split leaves the donor; each device's records of a "
+                             "workload a workload of their own; graph kind device-schedule), and "
+                             "TVM's donor models train on them too. Default: the other CPU's "
+                             "pool, with the committed cpu-host donor pool; give it no devices "
+                             "for a donor of one device")
+    parser.add_argument("--summarize", type=Path, nargs="+", default=None, metavar="REPORT",
+                        help="print an earlier report's paired comparison with TVM's models "
+                             "and stop; several reports of one split whose donors differ in "
+                             "their draw (--set train.seed=N): their mean over donors against "
+                             "TVM's models, written to --out if given")
+    parser.add_argument("--join", action="store_true",
+                        help="with --summarize: reports of one donor and settings on different "
+                             "held-out pools of the same devices (e.g. --held-out the split's "
+                             "second pools), each device's pools joined into one comparison "
+                             "over all their workloads, written to --out if given")
+    args = parser.parse_args()
+    if args.join and not args.summarize:
+        parser.error("--join is for --summarize R1 R2 ...: reports to join")
+    if args.summarize:
+        missing = [str(p) for p in args.summarize if not p.is_file()]
+        if missing:
+            parser.error(f"--summarize: no report at {', '.join(missing)}")
+        reports = [json.loads(p.read_text()) for p in args.summarize]
+        if args.join or len(reports) > 1:
+            summarize, show = ((joined, print_joined) if args.join
+                               else (across_donors, print_across_donors))
+            summary = summarize(reports)
+            show(summary)
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(
+                    {"reports": [str(p) for p in args.summarize], **summary}, indent=1))
+        elif not print_paired(reports[0]):
+            print(f"{args.summarize[0]}: no split with TVM's models to compare (run with --tvm)")
+        return
+    args.out = args.out or ROOT / "results" / "offline_eval.json"
+    if args.pretrain_also is None:
+        shared = args.donor_pool.resolve() == POOLS["cpu-host"] and not args.device_records
+        args.pretrain_also = [d for d in POOLS if d != "cpu-host"] if shared else []
+    if args.device_records and (args.split != "unseen-shape" or args.held_out):
+        parser.error("--device-records is for the unseen-shape split's own held-out pools")
+    if args.selection_pool and not (args.split.startswith("dev")
+                                    and len(args.devices or []) == 1):
+        parser.error("--selection-pool is for a selection split (--split dev or dev-shape) "
+                     "with --devices naming the one device it was measured on")
+    if args.selection_pool and not args.selection_pool.exists():
+        parser.error(f"--selection-pool: no pool at {args.selection_pool}")
+    donor_model = args.donor_model.resolve() if args.donor_model else None
+    args.donor_pool = args.donor_pool.resolve()
+    args.held_out = args.held_out and [p.resolve() for p in args.held_out]
+    args.selection_pool = args.selection_pool and args.selection_pool.resolve()
+    args.out = args.out.resolve()
+    args.baselines_from = args.baselines_from and args.baselines_from.resolve()
+    base = load_settings(Path("params.yaml").resolve())
+    cwd = Path.cwd()
+    work = Path(tempfile.mkdtemp(prefix="calo-offline-eval-"))
+    try:
+        report = run_splits(args, base, work, donor_model)
+    finally:
+        os.chdir(cwd)
+        clear_work(work, keep_donor=donor_model is None)
 
     print(f"\nwrote {args.out}")
     for name, table in report["headline"].items():

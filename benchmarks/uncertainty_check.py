@@ -77,8 +77,12 @@ def main() -> None:
                         help="donors that ttq.py trained and kept there")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "results")
     args = parser.parse_args()
-    pool = args.pool if args.pool.is_dir() else unpack(args.pool, Path(tempfile.mkdtemp()))
-    report = check(pool, load_donors(args.donors_dir)[:args.donors])
+    donors = load_donors(args.donors_dir)[:args.donors]
+    if args.pool.is_dir():
+        report = check(args.pool, donors)
+    else:
+        with tempfile.TemporaryDirectory(prefix="calo-uncertainty-") as tmp:
+            report = check(unpack(args.pool, Path(tmp)), donors)
     print(f"{'workload':<34}{'sigma':>7}{'alpha':>7}{'|error|':>9}{'rho(sigma, error)':>19}"
           f"{'rho(sigma, latency)':>21}")
     for workload, row in report["per_workload"].items():

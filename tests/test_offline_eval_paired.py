@@ -1,10 +1,20 @@
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
-from offline_eval import ROOT, across_donors, code_version, joined, main, paired, with_donor_records
+from offline_eval import (
+    ROOT,
+    across_donors,
+    clear_work,
+    code_version,
+    joined,
+    main,
+    paired,
+    with_donor_records,
+)
 
 from calo import paths
 from calo.artifact import TrainedModel
@@ -130,6 +140,29 @@ def test_a_selection_pool_is_refused_where_nothing_would_read_it(argv, problem, 
     with pytest.raises(SystemExit):
         main()
     assert problem in capsys.readouterr().err
+
+
+def test_a_runs_work_directory_goes_and_a_donor_trained_there_stays(tmp_path):
+    work = tmp_path / "work"
+    for part in ("pools/suite-cpu-host", "data/graphs", "models/donor", "models/donor-rows"):
+        (work / part).mkdir(parents=True)
+    (work / "mlflow.db").write_text("")
+    (work / "models/donor/model.json").write_text("{}")
+    clear_work(work, keep_donor=True)
+    assert sorted(p.name for p in work.iterdir()) == ["models"]
+    assert (work / "models/donor/model.json").is_file()
+    clear_work(work, keep_donor=False)  # the donor was --donor-model's, elsewhere
+    assert not work.exists()
+
+
+def test_a_run_that_fails_leaves_no_work_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["offline_eval.py", "--donor-pool",
+                                      str(tmp_path / "no-such-pool.tar.gz"), "--out",
+                                      str(tmp_path / "report.json")])
+    with pytest.raises(Exception, match="no-such-pool"):
+        main()
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="no git")
