@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
+import tempfile
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
@@ -127,10 +128,14 @@ class _StepLR(torch.optim.lr_scheduler.StepLR):
 
 @contextlib.contextmanager
 def mlp_training() -> Iterator[None]:
-    """While TVM's MLPModel trains: its StepLR call works on this torch (nothing else changes)."""
-    original = torch.optim.lr_scheduler.StepLR
+    """While TVM's MLPModel trains: its StepLR call works on this torch, and the copy of its
+    best weights it saves under a temporary file's name (and never removes) goes into a
+    directory removed afterwards. Nothing else changes."""
+    original, tempdir = torch.optim.lr_scheduler.StepLR, tempfile.tempdir
     torch.optim.lr_scheduler.StepLR = _StepLR
-    try:
-        yield
-    finally:
-        torch.optim.lr_scheduler.StepLR = original
+    with tempfile.TemporaryDirectory(prefix="calo-mlp-") as scratch:
+        tempfile.tempdir = scratch
+        try:
+            yield
+        finally:
+            torch.optim.lr_scheduler.StepLR, tempfile.tempdir = original, tempdir

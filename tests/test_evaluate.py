@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -348,7 +349,11 @@ def test_tvms_xgboost_trains_on_every_group_it_is_given(params, harvested):
     assert len(trained.data) == len(groups)
 
 
-def test_tvms_mlp_pre_trained_on_a_donor_is_updated_on_a_copy(params, harvested):
+def test_tvms_mlp_pre_trained_on_a_donor_is_updated_on_a_copy(params, harvested, tmp_path,
+                                                               monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     groups = donor_groups([paths.records_dir(DONOR), paths.records_dir(TARGET)])
     # MLPModel holds out a fifth of its groups: cut the fixture's few workloads into more
     groups = [g[i:i + 4] for g in groups for i in range(0, len(g), 4)]
@@ -363,6 +368,8 @@ def test_tvms_mlp_pre_trained_on_a_donor_is_updated_on_a_copy(params, harvested)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert any(not torch.equal(before[k], v)
                for k, v in updated.trainer.state.model.state_dict().items())
+    # MLPModel's copy of its best weights went with the directory it was put in
+    assert list(scratch.iterdir()) == [] and tempfile.tempdir == str(scratch)
 
 
 def test_a_donor_store_is_parsed_once_until_it_changes(params, harvested, tmp_path):
