@@ -165,7 +165,7 @@ def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict
     train, val, test, calibration = donor_splits(settings, also)
     start = time.perf_counter()
     trained, metrics = train_on_donor(settings, train, val, test, calibration,
-                                      log_epoch("offline eval: donor", settings.train.max_epochs),
+                                      log_epoch("donor", settings.train.max_epochs),
                                       also)
     trained.save(out)
     return {"train_graphs": len(train), "val_graphs": len(val),
