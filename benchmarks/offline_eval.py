@@ -97,6 +97,7 @@ from calo.tasks.finetune import finetune  # noqa: E402
 from calo.tasks.pretrain import donor_splits, log_epoch, train_on_donor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
+WORK_DONOR = Path("models", "donor")  # a run's own donor, without --donor-model
 DATA = ROOT / "data"
 POOLS = {"cpu-host": DATA / "suite-cpu-host.tar.gz",
          "cpu-generic-1core": DATA / "suite-cpu-generic-1core.tar.gz"}
@@ -604,7 +605,7 @@ def run_splits(args: argparse.Namespace, base: Settings, work: Path,
         kept += records.subset_store(unpack(POOLS[device], pools), paths.records_dir(device),
                                      in_donor)
     report.update(donor_records=kept, pretrain_also=args.pretrain_also)
-    model_dir = donor_model or work / "models" / "donor"
+    model_dir = donor_model or work / WORK_DONOR
     if (model_dir / "model.json").is_file():
         report["donor"] = json.loads((model_dir / "donor.json").read_text())
         log.info(f"offline eval: the donor model in {model_dir}")
@@ -679,15 +680,14 @@ def clear_work(work: Path, keep_donor: bool) -> None:
     """Remove a run's work directory (its unpacked pools, graphs and tracking store: some
     hundreds of MB each run); a donor trained there without --donor-model stays, so nothing
     trained is lost, and a later run reuses it by that path."""
-    donor = work / "models"
-    if keep_donor and (donor / "donor" / "model.json").is_file():
+    donor = work / WORK_DONOR
+    if keep_donor and (donor / "model.json").is_file():
         for part in work.iterdir():
-            if part.is_dir() and part != donor:
+            if part.is_dir() and part != donor.parent:
                 shutil.rmtree(part)
             elif part.is_file():
                 part.unlink()
-        get_logger().info(f"offline eval: the donor stays in {donor / 'donor'} "
-                          "(--donor-model reuses it)")
+        get_logger().info(f"offline eval: the donor stays in {donor} (--donor-model reuses it)")
     else:
         shutil.rmtree(work, ignore_errors=True)
 
