@@ -130,6 +130,7 @@ class Train:
     keep: Literal["best", "last"] = "best"   # the donor's: best validation NLL's epoch, or last
     device: Literal["auto", "cpu", "cuda"] = "auto"
     graphs_in_memory: int = 16384
+    threads: int | None = None   # torch's CPU threads while training (models.training.fit)
 
 
 @dataclass(frozen=True)
@@ -423,6 +424,9 @@ def _check_references(s: Settings, where: str) -> None:
     if s.extract.workers < 1 or s.extract.shard_size < 1 or s.train.graphs_in_memory < 1:
         raise CaloError(f"{where}: extract.workers, extract.shard_size and "
                         "train.graphs_in_memory must be >= 1")
+    if s.train.threads is not None and s.train.threads < 1:
+        raise CaloError(f"{where}: train.threads must be >= 1 (null: torch's default, one per "
+                        f"core), got {s.train.threads}")
     if not (0 <= s.split.val and 0 <= s.split.test and s.split.val + s.split.test < 1):
         raise CaloError(f"{where}: split.val and split.test must be >= 0 and leave some "
                         f"records for training, got {s.split.val} and {s.split.test}")

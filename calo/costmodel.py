@@ -29,7 +29,7 @@ from calo.correction import fit_correction
 from calo.dataset import collate, collate_union, to_data
 from calo.graphs import of_candidates, union_of_candidates
 from calo.memory import keep_freed_memory
-from calo.models.training import Anchor, recenter, train_step, workload_batches
+from calo.models.training import Anchor, recenter, torch_threads, train_step, workload_batches
 from calo.records import latency_of, target_key
 from calo.schedule_graph import ScheduleGraph
 
@@ -147,18 +147,20 @@ class CaloCostModel(PyCostModel):
                                    self.train.batches, self.generator)
         self.model.to(training_device(self.train.device))  # scoring stays on the CPU
         steps = 0
-        while steps < self.update_steps:
-            for batch in batches:
-                train_step(self.model, self.optimizer, batch, lam=self.train.lam,
-                           rank_weight=self.train.rank_weight, rank_pairs=self.train.rank_pairs,
-                           rank_weighting=self.finetune.weighting(self.train),
-                           rank_loss=self.train.rank_loss,
-                           rank_sharpness=self.train.rank_sharpness,
-                           fast_weight=step.fast_weight)
-                self.anchor.pull(self.model, step.lr, step.anchor)
-                steps += 1
-                if steps >= self.update_steps:
-                    break
+        with torch_threads(self.train.threads):
+            while steps < self.update_steps:
+                for batch in batches:
+                    train_step(self.model, self.optimizer, batch, lam=self.train.lam,
+                               rank_weight=self.train.rank_weight,
+                               rank_pairs=self.train.rank_pairs,
+                               rank_weighting=self.finetune.weighting(self.train),
+                               rank_loss=self.train.rank_loss,
+                               rank_sharpness=self.train.rank_sharpness,
+                               fast_weight=step.fast_weight)
+                    self.anchor.pull(self.model, step.lr, step.anchor)
+                    steps += 1
+                    if steps >= self.update_steps:
+                        break
         self.model.to("cpu")
         self.model.eval()
         if self.trees and step.correction > 0:  # refitted to this search's records

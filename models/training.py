@@ -6,6 +6,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Literal
 
 import numpy as np
@@ -144,6 +145,20 @@ def mean_nll(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 40
     return total / max(count, 1)
 
 
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's CPU threads set to `threads` (None: left as they are), restored after."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _rank_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -192,6 +207,7 @@ def fit(
     ema: float = 0.0,
     device: str = "cpu",
     graphs_in_memory: int | None = None,
+    threads: int | None = None,
     on_epoch: EpochCallback | None = None,
 ) -> dict:
     """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
@@ -210,11 +226,17 @@ def fit(
     shards at a time, in a new random order every epoch. Inside torch.distributed (torchrun),
     every process takes its share of each epoch's batches (RankShare) and the gradients are
     averaged: the batch is batch_size per process.
+
+    `threads`: torch's CPU threads while training (None: as they are; under torchrun at most
+    the process's share of the cores). The order of a parallel reduction's partial sums follows
+    the thread count, so the same data and seed train other weights at another count.
     """
     torch.manual_seed(seed)
     if workloads is None and (rank_pairs == "workload" or batches == "workload"):
         raise ValueError("workload pairs or batches need the training graphs' workloads")
     rank, world = _rank_world()
+    if threads is not None and world > 1:
+        threads = min(threads, torch.get_num_threads())
     windowed = (graphs_in_memory is not None and hasattr(train, "window_positions")
                 and len(train) > graphs_in_memory)
     resident = None if windowed else list(train)
@@ -259,39 +281,41 @@ def fit(
     average = Average(model, ema) if ema > 0 else None
     best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
     history, trained_graphs, train_secs = [], 0, 0.0
-    for epoch in range(max_epochs):
-        running, seen = 0.0, 0
-        started = time.perf_counter()
-        for batch in epoch_batches():
-            loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
-                              rank_pairs=rank_pairs, rank_weighting=rank_weighting,
-                              rank_loss=rank_loss, rank_sharpness=rank_sharpness,
-                              fast_weight=fast_weight, forward=wrapper)
-            if pull:
-                pull.pull(model, scheduler.get_last_lr()[0], anchor)
-            if average:
-                average.update(model)
-            scheduler.step()
-            running += loss * batch.num_graphs
-            seen += batch.num_graphs
-        train_secs += time.perf_counter() - started
-        trained_graphs += seen
-        live = average.swap_in(model) if average else None
-        val_nll = (mean_nll(model, val, window=graphs_in_memory) if val
-                   else running / max(seen, 1))
-        history.append({"epoch": epoch, "train_loss": running / max(seen, 1), "val_nll": val_nll})
-        if on_epoch:
-            on_epoch(epoch, running / max(seen, 1), val_nll)
-        improved = val_nll < best_nll
-        if improved:
-            best_nll, best_epoch, stale = val_nll, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        if live is not None:
-            model.load_state_dict(live)  # training goes on from the trained weights
-        if not improved:
-            stale += 1
-            if patience is not None and stale >= patience:
-                break
+    with torch_threads(threads):
+        for epoch in range(max_epochs):
+            running, seen = 0.0, 0
+            started = time.perf_counter()
+            for batch in epoch_batches():
+                loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
+                                  rank_pairs=rank_pairs, rank_weighting=rank_weighting,
+                                  rank_loss=rank_loss, rank_sharpness=rank_sharpness,
+                                  fast_weight=fast_weight, forward=wrapper)
+                if pull:
+                    pull.pull(model, scheduler.get_last_lr()[0], anchor)
+                if average:
+                    average.update(model)
+                scheduler.step()
+                running += loss * batch.num_graphs
+                seen += batch.num_graphs
+            train_secs += time.perf_counter() - started
+            trained_graphs += seen
+            live = average.swap_in(model) if average else None
+            val_nll = (mean_nll(model, val, window=graphs_in_memory) if val
+                       else running / max(seen, 1))
+            history.append({"epoch": epoch, "train_loss": running / max(seen, 1),
+                            "val_nll": val_nll})
+            if on_epoch:
+                on_epoch(epoch, running / max(seen, 1), val_nll)
+            improved = val_nll < best_nll
+            if improved:
+                best_nll, best_epoch, stale = val_nll, epoch, 0
+                best_state = copy.deepcopy(model.state_dict())
+            if live is not None:
+                model.load_state_dict(live)  # training goes on from the trained weights
+            if not improved:
+                stale += 1
+                if patience is not None and stale >= patience:
+                    break
     if average and keep == "last":
         average.swap_in(model)
     if best_state is not None and keep == "best":

@@ -62,6 +62,35 @@ def test_cuda_is_refused_where_torch_sees_none(monkeypatch):
     assert compute.training_device("auto") == "cpu"
 
 
+def test_training_runs_at_train_threads_and_gives_the_process_its_own_back(params, extracted):
+    """train.threads reaches the training loop, and the process's thread count (a search
+    scores candidates with it) is what it was afterwards, also when training fails."""
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
+    assert compute.fit_options(params.train)["threads"] == params.train.threads == 2
+    before = torch.get_num_threads()
+    threads = 1 if before != 1 else 2
+    seen = []
+    model = TrainedModel.new(params).net
+    model.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    fit(model, graphs[:12], graphs[12:24], lr=1e-3, weight_decay=0.0, lam=1e-2, batch_size=4,
+        max_epochs=2, threads=threads, on_epoch=lambda *_: seen.append(torch.get_num_threads()))
+    assert seen == [threads, threads]
+    assert torch.get_num_threads() == before
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        fit(model, graphs[:12], graphs[12:24], lr=1e-3, weight_decay=0.0, lam=1e-2,
+            batch_size=4, max_epochs=2, threads=threads, on_epoch=interrupted)
+    assert torch.get_num_threads() == before
+
+
+def test_a_thread_count_below_one_is_refused(params):
+    with pytest.raises(CaloError, match="train.threads must be >= 1"):
+        params.override({"train.threads": 0})
+    assert params.override({"train.threads": None}).train.threads is None
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_training_on_cuda_matches_the_cpu(params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
