@@ -42,10 +42,10 @@ DEVICE = "scale"
 SAMPLE_S = 0.1
 
 
-def measured(cmd: list[str], cwd: Path, **env_vars: str) -> dict:
+def measured(cmd: list[str], cwd: Path) -> dict:
     """Run cmd; its wall time and the peak summed RSS of its process tree."""
     env = {**os.environ, "CALO_PARAMS": str(cwd / "params.yaml"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}", **env_vars}
+           "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
     log = cwd / "commands.log"
     with open(log, "a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
@@ -133,17 +133,18 @@ def throughput(work: Path, pool_store: Path, records: int, epochs: int, report: 
     extraction["speedup"] = round(extraction["2"]["graphs_per_s"]
                                   / extraction["1"]["graphs_per_s"], 2)
     training = report.setdefault("training", {})
-    # "1-thread": one process held to one thread, what each of two processes gets on 2 cores.
-    for name, nproc, threads in (("1", 1, {}), ("2", 2, {}), ("1-thread", 1,
-                                                             {"OMP_NUM_THREADS": "1"})):
+    # "1" and "2" processes at torch's own thread count (train.threads null: the cores, shared
+    # out among the processes); "1-thread": one process at one thread (train.threads as
+    # shipped), what each of two processes gets on 2 cores.
+    for name, nproc, threads in (("1", 1, None), ("2", 2, None), ("1-thread", 1, 1)):
         if name in training:
             continue
         root = project(work, f"train-{name}", {"train.max_epochs": epochs,
-                                                "train.patience": None})
+                                                "train.patience": None, "train.threads": threads})
         graphs = root / "data" / "graphs" / DEVICE
         if not graphs.exists():
             shutil.copytree(work / "extract-2" / "data" / "graphs" / DEVICE, graphs)
-        run = measured(calo("pretrain", "--nproc", str(nproc)), root, **threads)
+        run = measured(calo("pretrain", "--nproc", str(nproc)), root)
         training[name] = {**run, "epochs": epochs, "graphs_per_s": graphs_per_s(root)}
         print(f"pretrain, {name} process(es): {training[name]}")
         save()

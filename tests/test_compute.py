@@ -66,7 +66,7 @@ def test_training_runs_at_train_threads_and_gives_the_process_its_own_back(param
     """train.threads reaches the training loop, and the process's thread count (a search
     scores candidates with it) is what it was afterwards, also when training fails."""
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
-    assert compute.fit_options(params.train)["threads"] == params.train.threads == 2
+    assert compute.fit_options(params.train)["threads"] == params.train.threads == 1
     before = torch.get_num_threads()
     threads = 1 if before != 1 else 2
     seen = []
