@@ -131,6 +131,7 @@ class Train:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     graphs_in_memory: int = 16384
     threads: int | None = None   # torch's CPU threads while training (models.training.fit)
+    device_balance: bool = False   # a donor of several devices weighs each device alike
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
     latencies, hence the factor y_std. `fast_weight` weighs each record's regression loss by
     1 + fast_weight x its normalized throughput.
     `forward` runs the forward pass instead of the model (data parallel: its DDP wrapper).
+    A batch whose graphs carry a `weight` (fit's device_balance) scales its loss by their mean.
     """
     model.train()
     batch = batch.to(model.y_std.device)
@@ -88,6 +89,8 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
                      throughput if rank_weighting != "uniform" else None, sharpness,
                      1 + fast_weight * throughput if fast_weight else None,
                      discount=rank_weighting == "lambda")
+    if "weight" in batch:  # one device's batch (workload batches): its share of the loss
+        loss = loss * batch.weight.mean()
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -208,6 +211,8 @@ def fit(
     device: str = "cpu",
     graphs_in_memory: int | None = None,
     threads: int | None = None,
+    devices: Sequence[str] | None = None,
+    device_balance: bool = False,
     on_epoch: EpochCallback | None = None,
 ) -> dict:
     """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
@@ -230,6 +235,11 @@ def fit(
     `threads`: torch's CPU threads while training (None: as they are; under torchrun at most
     the process's share of the cores). The order of a parallel reduction's partial sums follows
     the thread count, so the same data and seed train other weights at another count.
+
+    `devices` names the device each training graph was measured on; with `device_balance`,
+    each device's graphs weigh alike in total (a batch's loss scaled by its graphs' mean
+    weight: exact with workload batches, which hold one device each), so a device with a
+    third of the records does not learn a third as much of its order.
     """
     torch.manual_seed(seed)
     if workloads is None and (rank_pairs == "workload" or batches == "workload"):
@@ -240,7 +250,9 @@ def fit(
     windowed = (graphs_in_memory is not None and hasattr(train, "window_positions")
                 and len(train) > graphs_in_memory)
     resident = None if windowed else list(train)
-    tags = _workload_tags(train, workloads) if workloads is not None else None
+    tags = {**(_workload_tags(train, workloads) if workloads is not None else {}),
+            **({"weight": _balanced(devices)} if device_balance and devices is not None
+               else {})}
     generator = torch.Generator().manual_seed(seed)
 
     def epoch_batches() -> Iterator:
@@ -250,7 +262,7 @@ def fit(
         for positions in parts:
             graphs = ([resident[i] for i in positions] if resident is not None
                       else list(train.subset(positions)))
-            if tags is not None:
+            if tags:
                 graphs = _tagged(graphs, tags, positions)
             yield from _batches_of(graphs, batches, batch_size, generator, rank, world)
             del graphs  # this window's shards go before the next window's load
@@ -348,8 +360,7 @@ class Average:
         return live
 
 
-def _workload_tags(train: Sequence[Data], workloads: Sequence[str]
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _workload_tags(train: Sequence[Data], workloads: Sequence[str]) -> dict[str, torch.Tensor]:
     """Each training graph's workload index (`group`) and normalized throughput there (best
     latency of its workload / its latency), from the labels alone (a store's, unloaded)."""
     y = (train.y if hasattr(train, "window_positions")
@@ -357,15 +368,25 @@ def _workload_tags(train: Sequence[Data], workloads: Sequence[str]
     index = {w: i for i, w in enumerate(dict.fromkeys(workloads))}
     groups = torch.tensor([index[w] for w in workloads], dtype=torch.long)
     best = torch.full((len(index),), math.inf).scatter_reduce(0, groups, y, "amin")
-    return groups, torch.exp(best[groups] - y)
+    return {"group": groups, "throughput": torch.exp(best[groups] - y)}
 
 
-def _tagged(graphs: Sequence[Data], tags: tuple[torch.Tensor, torch.Tensor],
+def _balanced(devices: Sequence[str]) -> torch.Tensor:
+    """Each graph's weight so that every device's graphs sum to the same total and all the
+    weights average 1."""
+    index = {d: i for i, d in enumerate(dict.fromkeys(devices))}
+    of = torch.tensor([index[d] for d in devices], dtype=torch.long)
+    counts = of.bincount().double()
+    return (len(devices) / (len(index) * counts))[of].float()
+
+
+def _tagged(graphs: Sequence[Data], tags: dict[str, torch.Tensor],
             positions: Sequence[int]) -> list[Data]:
-    """Copies of graphs carrying their workload tags (the tags stay with the copies)."""
+    """Copies of graphs carrying their tags (each graph's slice of every tensor in `tags`)."""
     out = [copy.copy(g) for g in graphs]
     for g, i in zip(out, positions):
-        g.group, g.throughput = tags[0][i:i + 1], tags[1][i:i + 1]
+        for name, values in tags.items():
+            g[name] = values[i:i + 1]
     return out
 
 
@@ -393,7 +414,7 @@ def _batches_of(graphs: list[Data], batches: Batches, batch_size: int,
 
 def _count_batches(graphs: list[Data], batches: Batches, batch_size: int, tags) -> int:
     if batches == "workload":
-        return sum(math.ceil(n / batch_size) for n in tags[0].bincount().tolist() if n)
+        return sum(math.ceil(n / batch_size) for n in tags["group"].bincount().tolist() if n)
     return math.ceil(len(graphs) / batch_size)
 
 

@@ -132,6 +132,7 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     set_normalization(trained, train.graphs, settings.train.graphs_in_memory)
     options = compute.fit_options(settings.train)
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
+                 devices=[workload_device(w, settings.donor, also) for w in train.workload],
                  on_epoch=on_epoch, **options)
     levels = settings.calibrate.levels
     if settings.finetune.keeps_donor_rows:
@@ -154,6 +155,12 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
                      "train_graphs_per_s": result["graphs_per_s"]}
 
 
+def workload_device(workload: str, donor: str, also: Sequence[str]) -> str:
+    """The device a donor graph's workload was measured on: one of `also` where donor_graphs
+    prefixed its name with that device, else the donor."""
+    return next((d for d in also if workload.startswith(f"{d}/")), donor)
+
+
 def device_temperatures(settings: cfg.Settings, trained: TrainedModel, calibration: GraphSet,
                         also: Sequence[str]) -> dict[str, float]:
     """For a donor of several devices (`also`: donor_graphs'), each target's own temperature
@@ -162,7 +169,7 @@ def device_temperatures(settings: cfg.Settings, trained: TrainedModel, calibrati
     if not also:
         return {}
     measured_on = {d: record_targets(paths.records_dir(d)) for d in (settings.donor, *also)}
-    keys = [measured_on[next((d for d in also if w.startswith(f"{d}/")), settings.donor)][r]
+    keys = [measured_on[workload_device(w, settings.donor, also)][r]
             for w, r in zip(calibration.workload, calibration.record)]
     return {key: donor_temperature(settings, trained, calibration.select([k == key for k in keys]),
                                    trained.temperature)
