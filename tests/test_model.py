@@ -293,6 +293,34 @@ def test_workload_batches_hold_one_workload_and_cover_every_graph_once():
     assert batches != list(sampler)  # a new order every epoch
 
 
+def test_device_balance_weighs_each_devices_graphs_alike_in_total(params, extracted):
+    from calo.models.training import _balanced
+
+    weights = _balanced(["host"] * 6 + ["generic"] * 2)
+    assert torch.isclose(weights[:6].sum(), weights[6:].sum())
+    assert torch.isclose(weights.mean(), torch.tensor(1.0)) and weights[6] == 3 * weights[0]
+
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
+    train, val = graphs.graphs[::2], graphs.graphs[1::2]
+    workloads = graphs.workload[::2]
+
+    def trained(devices: list[str] | None) -> dict:
+        torch.manual_seed(0)
+        model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=16, layers=1)
+        model.set_normalization(torch.cat([g.x for g in train]), torch.cat([g.y for g in train]))
+        fit(model, train, val, lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8, max_epochs=2,
+            rank_weight=0.5, rank_pairs="workload", batches="workload", workloads=workloads,
+            devices=devices, device_balance=True)
+        return model.state_dict()
+
+    plain = trained(None)
+    # one device: every weight is 1, the same training; a device with a few of the graphs:
+    # they weigh more than the others, other weights
+    assert all(torch.equal(plain[k], v) for k, v in trained(["host"] * len(train)).items())
+    lopsided = trained(["generic"] * 3 + ["host"] * (len(train) - 3))
+    assert not all(torch.equal(plain[k], v) for k, v in lopsided.items())
+
+
 def test_an_online_updates_batches_rank_each_task_against_its_own_best():
     """A network's search measures many tasks: a batch holds one, its throughput relative to
     that task's best record, wherever in the epoch the best falls."""
