@@ -238,8 +238,8 @@ def fit(
 
     `devices` names the device each training graph was measured on; with `device_balance`,
     each device's graphs weigh alike in total (a batch's loss scaled by its graphs' mean
-    weight: exact with workload batches, which hold one device each), so a device with a
-    third of the records does not learn a third as much of its order.
+    weight: exact with workload batches, which hold one device each): a device with a third
+    of the records weighs as much as the others.
     """
     torch.manual_seed(seed)
     if workloads is None and (rank_pairs == "workload" or batches == "workload"):
