@@ -132,6 +132,7 @@ class Train:
     graphs_in_memory: int = 16384
     threads: int | None = None   # torch's CPU threads while training (models.training.fit)
     device_balance: bool = False   # a donor of several devices weighs each device alike
+    keep_by: Literal["nll", "rank"] = "nll"   # the donor's validation figure (tasks.pretrain)
 
 
 @dataclass(frozen=True)

@@ -213,9 +213,11 @@ def fit(
     threads: int | None = None,
     devices: Sequence[str] | None = None,
     device_balance: bool = False,
+    val_score: Callable[[EvidentialSAGE], float] | None = None,
     on_epoch: EpochCallback | None = None,
 ) -> dict:
-    """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
+    """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL
+    (or `val_score`).
 
     patience=None trains all max_epochs (the fine-tune); otherwise stops after `patience` epochs
     without improvement. `workloads` names each training graph's workload: ranking within
@@ -240,6 +242,10 @@ def fit(
     each device's graphs weigh alike in total (a batch's loss scaled by its graphs' mean
     weight: exact with workload batches, which hold one device each): a device with a third
     of the records weighs as much as the others.
+
+    `val_score`: a figure of the model on its validation data, higher better (e.g. how well
+    it orders each validation workload); given, it picks the kept epoch and the early stop in
+    place of validation NLL, which is still reported.
     """
     torch.manual_seed(seed)
     if workloads is None and (rank_pairs == "workload" or batches == "workload"):
@@ -291,7 +297,7 @@ def fit(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     pull = Anchor(model) if anchor > 0 else None
     average = Average(model, ema) if ema > 0 else None
-    best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
+    best_nll, best_figure, best_state, best_epoch, stale = math.inf, math.inf, None, -1, 0
     history, trained_graphs, train_secs = [], 0, 0.0
     with torch_threads(threads):
         for epoch in range(max_epochs):
@@ -314,13 +320,15 @@ def fit(
             live = average.swap_in(model) if average else None
             val_nll = (mean_nll(model, val, window=graphs_in_memory) if val
                        else running / max(seen, 1))
+            score = val_score(model) if val_score else None
             history.append({"epoch": epoch, "train_loss": running / max(seen, 1),
-                            "val_nll": val_nll})
+                            "val_nll": val_nll, **({"val_score": score} if val_score else {})})
             if on_epoch:
                 on_epoch(epoch, running / max(seen, 1), val_nll)
-            improved = val_nll < best_nll
+            figure = -score if val_score else val_nll
+            improved = figure < best_figure
             if improved:
-                best_nll, best_epoch, stale = val_nll, epoch, 0
+                best_nll, best_figure, best_epoch, stale = val_nll, figure, epoch, 0
                 best_state = copy.deepcopy(model.state_dict())
             if live is not None:
                 model.load_state_dict(live)  # training goes on from the trained weights

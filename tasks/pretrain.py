@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import mlflow
+import numpy as np
 import torch
 
 from calo import compute, locks, paths, registry
@@ -14,9 +15,9 @@ from calo.artifact import TrainedModel
 from calo.correction import donor_trees, tree_rows
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
-from calo.evaluation import checked_scale_power, checked_temperature, evaluate
+from calo.evaluation import checked_scale_power, checked_temperature, evaluate, mean_ranking
 from calo.log import Progress, get_logger
-from calo.models.training import fit
+from calo.models.training import fit, predict
 from calo.records import record_targets, store_targets
 
 # split.donor_calibration: workload keeps whole workloads out of training only when the donor
@@ -133,6 +134,7 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     options = compute.fit_options(settings.train)
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
                  devices=[workload_device(w, settings.donor, also) for w in train.workload],
+                 val_score=validation_order(val) if settings.train.keep_by == "rank" else None,
                  on_epoch=on_epoch, **options)
     levels = settings.calibrate.levels
     if settings.finetune.keeps_donor_rows:
@@ -153,6 +155,17 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature,
                      "scale_power": trained.net.scale_power,
                      "train_graphs_per_s": result["graphs_per_s"]}
+
+
+def validation_order(val: GraphSet):
+    """How well a model orders each validation workload's candidates: the mean of tau, top-1
+    and top-5 within workloads (calo.evaluation.mean_ranking), higher better."""
+    y = torch.cat([g.y for g in val.graphs]).numpy()
+
+    def score(net) -> float:
+        order = mean_ranking(y, predict(net, val.graphs).gamma.numpy(), val.workload)
+        return float(np.nanmean([order["kendall_tau"], order["top1"], order["top5"]]))
+    return score
 
 
 def workload_device(workload: str, donor: str, also: Sequence[str]) -> str:

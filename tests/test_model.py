@@ -321,6 +321,27 @@ def test_device_balance_weighs_each_devices_graphs_alike_in_total(params, extrac
     assert not all(torch.equal(plain[k], v) for k, v in lopsided.items())
 
 
+def test_a_validation_score_picks_the_kept_epoch_and_the_early_stop(params, extracted):
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
+    train, val = graphs.graphs[::2], graphs.graphs[1::2]
+    torch.manual_seed(0)
+    model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=16, layers=1)
+    model.set_normalization(torch.cat([g.x for g in train]), torch.cat([g.y for g in train]))
+    scores, kept = iter([0.1, 0.9, 0.2, 0.3, 0.5, 0.4]), {}
+
+    def score(net: EvidentialSAGE) -> float:
+        kept[len(kept)] = copy.deepcopy(net.state_dict())
+        return next(scores)
+
+    result = fit(model, train, val, lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8,
+                 max_epochs=6, patience=3, val_score=score)
+    # the best score at epoch 1, then three epochs without a better one: stopped after 5
+    assert result["epochs"] == 5 and result["best_epoch"] == result["kept_epoch"] == 1
+    assert [h["val_score"] for h in result["history"]] == [0.1, 0.9, 0.2, 0.3, 0.5]
+    assert result["best_val_nll"] == result["history"][1]["val_nll"]  # not the best NLL's
+    assert all(torch.equal(v, kept[1][k]) for k, v in model.state_dict().items())
+
+
 def test_an_online_updates_batches_rank_each_task_against_its_own_best():
     """A network's search measures many tasks: a batch holds one, its throughput relative to
     that task's best record, wherever in the epoch the best falls."""
