@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 import mlflow
 import numpy as np
@@ -17,6 +18,7 @@ from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import checked_scale_power, checked_temperature, evaluate, mean_ranking
 from calo.log import Progress, get_logger
+from calo.models.evidential import EvidentialSAGE
 from calo.models.training import fit, predict
 from calo.records import record_targets, store_targets
 
@@ -157,9 +159,14 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
                      "train_graphs_per_s": result["graphs_per_s"]}
 
 
-def validation_order(val: GraphSet):
+def validation_order(val: GraphSet) -> Callable[[EvidentialSAGE], float] | None:
     """How well a model orders each validation workload's candidates: the mean of tau, top-1
-    and top-5 within workloads (calo.evaluation.mean_ranking), higher better."""
+    and top-5 within workloads (calo.evaluation.mean_ranking), higher better. None where no
+    validation workload has the 3 records a ranking needs: the donor is then kept by NLL."""
+    if max(Counter(val.workload).values(), default=0) < 3:
+        get_logger().warning("pretrain: no validation workload has 3 or more records to rank; "
+                             "the donor is kept by validation NLL (train.keep_by)")
+        return None
     y = torch.cat([g.y for g in val.graphs]).numpy()
 
     def score(net) -> float:

@@ -702,3 +702,19 @@ def test_a_per_iteration_model_adds_each_programs_work_back_to_its_prediction():
     with pytest.raises(CaloError, match="per_iteration"):
         ModelConfig("ast", tuple(ast_features), tuple(ast_edges), 16, 1,
                     per_iteration=True).build()
+
+
+def test_the_validation_order_needs_a_workload_of_three_records(params, extracted):
+    from calo.dataset import GraphSet
+    from tasks.pretrain import validation_order
+
+    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
+    pairs = GraphSet(graphs.graphs[:4], ["a", "a", "b", "b"], list(range(4)), graphs.kind)
+    assert validation_order(pairs) is None  # no workload to rank: kept by NLL instead
+    score = validation_order(graphs)
+    torch.manual_seed(0)
+    model = EvidentialSAGE(graphs.graphs[0].x.shape[1], 4, hidden=16, layers=1)
+    model.set_normalization(torch.cat([g.x for g in graphs.graphs]),
+                            torch.cat([g.y for g in graphs.graphs]))
+    figure = score(model)
+    assert np.isfinite(figure) and -1 / 3 < figure <= 1  # tau in [-1, 1], top-k in (0, 1]
