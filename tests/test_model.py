@@ -41,6 +41,14 @@ from tests.conftest import DONOR
 LEVELS = confidence_levels(19)
 
 
+def seeded_model(graphs, hidden: int, layers: int, **variant) -> EvidentialSAGE:
+    """A model built at torch seed 0, normalized on `graphs`' features and labels."""
+    torch.manual_seed(0)
+    model = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=hidden, layers=layers, **variant)
+    model.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    return model
+
+
 def test_nig_nll_is_the_student_t_marginal():
     d = NIG(torch.tensor([0.3, -1.0]), torch.tensor([0.5, 4.0]), torch.tensor([1.5, 6.0]),
             torch.tensor([0.7, 2.0]))
@@ -113,9 +121,7 @@ def test_checked_temperature_fits_by_the_objective_it_is_given():
 def test_training_on_measured_graphs_fits_them_and_keeps_the_best_epoch(params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
     train, val = graphs.graphs[::2], graphs.graphs[1::2]
-    torch.manual_seed(0)
-    model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=32, layers=2)
-    model.set_normalization(torch.cat([g.x for g in train]), torch.cat([g.y for g in train]))
+    model = seeded_model(train, hidden=32, layers=2)
     result = fit(model, train, val, lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8,
                  max_epochs=40, patience=None)
     losses = [h["train_loss"] for h in result["history"]]
@@ -128,9 +134,7 @@ def test_training_on_measured_graphs_fits_them_and_keeps_the_best_epoch(params, 
 
 def test_an_anchored_fine_tune_stays_nearer_the_weights_it_started_from(params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
-    torch.manual_seed(0)
-    start = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=32, layers=2)
-    start.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    start = seeded_model(graphs, hidden=32, layers=2)
     distance = {}
     for anchor in (0.0, 200.0):
         model = copy.deepcopy(start)
@@ -145,9 +149,7 @@ def test_a_moving_average_of_the_weights_is_what_training_keeps(params, extracte
     """With ema the kept weights trail the trained ones: at a decay near 1 they stay near the
     start, at 0.5 they follow the last steps closely, and the validated NLL is theirs."""
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
-    torch.manual_seed(0)
-    start = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=32, layers=2)
-    start.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    start = seeded_model(graphs, hidden=32, layers=2)
 
     def moved(ema: float) -> tuple[float, dict]:
         model = copy.deepcopy(start)
@@ -173,9 +175,7 @@ def test_the_donor_keeps_the_epoch_train_keep_names(params):
 
 def test_a_fine_tune_keeps_the_best_validation_epoch_or_the_last(params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
-    torch.manual_seed(0)
-    start = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=32, layers=2)
-    start.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    start = seeded_model(graphs, hidden=32, layers=2)
     # Validation labels 20x slower than the training ones: the better the fit, the worse its
     # NLL there, so the best epoch is an early one.
     val = [copy.copy(g) for g in graphs[:12]]
@@ -197,9 +197,7 @@ def test_a_fine_tune_keeps_the_best_validation_epoch_or_the_last(params, extract
 def test_recentering_fits_a_device_three_times_slower_without_changing_the_order(
         params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs[:40]
-    torch.manual_seed(0)
-    model = EvidentialSAGE(graphs[0].x.shape[1], 4, hidden=32, layers=2)
-    model.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.y for g in graphs]))
+    model = seeded_model(graphs, hidden=32, layers=2)
     before = predict(model, graphs).gamma
     slower = [copy.copy(g) for g in graphs]
     for g in slower:
@@ -305,9 +303,7 @@ def test_device_balance_weighs_each_devices_graphs_alike_in_total(params, extrac
     workloads = graphs.workload[::2]
 
     def trained(devices: list[str] | None) -> dict:
-        torch.manual_seed(0)
-        model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=16, layers=1)
-        model.set_normalization(torch.cat([g.x for g in train]), torch.cat([g.y for g in train]))
+        model = seeded_model(train, hidden=16, layers=1)
         fit(model, train, val, lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8, max_epochs=2,
             rank_weight=0.5, rank_pairs="workload", batches="workload", workloads=workloads,
             devices=devices, device_balance=True)
@@ -324,9 +320,7 @@ def test_device_balance_weighs_each_devices_graphs_alike_in_total(params, extrac
 def test_a_validation_score_picks_the_kept_epoch_and_the_early_stop(params, extracted):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
     train, val = graphs.graphs[::2], graphs.graphs[1::2]
-    torch.manual_seed(0)
-    model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=16, layers=1)
-    model.set_normalization(torch.cat([g.x for g in train]), torch.cat([g.y for g in train]))
+    model = seeded_model(train, hidden=16, layers=1)
     scores, kept = iter([0.1, 0.9, 0.2, 0.3, 0.5, 0.4]), {}
 
     def score(net: EvidentialSAGE) -> float:
@@ -550,9 +544,7 @@ def test_a_few_workloads_the_model_misses_widen_a_pooled_temperature_not_the_med
 def test_every_model_variant_trains_on_measured_graphs(params, extracted, variant):
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
     train = graphs.graphs[::2]
-    torch.manual_seed(0)
-    model = EvidentialSAGE(train[0].x.shape[1], 4, hidden=16, layers=2, **variant)
-    model.set_normalization(torch.cat([g.x for g in train]), torch.cat([g.y for g in train]))
+    model = seeded_model(train, hidden=16, layers=2, **variant)
     result = fit(model, train, [], lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8,
                  max_epochs=15, rank_weight=0.5)
     losses = [h["train_loss"] for h in result["history"]]
@@ -712,9 +704,6 @@ def test_the_validation_order_needs_a_workload_of_three_records(params, extracte
     pairs = GraphSet(graphs.graphs[:4], ["a", "a", "b", "b"], list(range(4)), graphs.kind)
     assert validation_order(pairs) is None  # no workload to rank: kept by NLL instead
     score = validation_order(graphs)
-    torch.manual_seed(0)
-    model = EvidentialSAGE(graphs.graphs[0].x.shape[1], 4, hidden=16, layers=1)
-    model.set_normalization(torch.cat([g.x for g in graphs.graphs]),
-                            torch.cat([g.y for g in graphs.graphs]))
+    model = seeded_model(graphs.graphs, hidden=16, layers=1)
     figure = score(model)
     assert np.isfinite(figure) and -1 / 3 < figure <= 1  # tau in [-1, 1], top-k in (0, 1]
