@@ -373,19 +373,23 @@ def _workload_tags(train: Sequence[Data], workloads: Sequence[str]) -> dict[str,
     latency of its workload / its latency), from the labels alone (a store's, unloaded)."""
     y = (train.y if hasattr(train, "window_positions")
          else torch.cat([g.y for g in train]) if len(train) else torch.zeros(0))
-    index = {w: i for i, w in enumerate(dict.fromkeys(workloads))}
-    groups = torch.tensor([index[w] for w in workloads], dtype=torch.long)
-    best = torch.full((len(index),), math.inf).scatter_reduce(0, groups, y, "amin")
+    groups, count = _codes(workloads)
+    best = torch.full((count,), math.inf).scatter_reduce(0, groups, y, "amin")
     return {"group": groups, "throughput": torch.exp(best[groups] - y)}
 
 
 def _balanced(devices: Sequence[str]) -> torch.Tensor:
     """Each graph's weight so that every device's graphs sum to the same total and all the
     weights average 1."""
-    index = {d: i for i, d in enumerate(dict.fromkeys(devices))}
-    of = torch.tensor([index[d] for d in devices], dtype=torch.long)
-    counts = of.bincount().double()
-    return (len(devices) / (len(index) * counts))[of].float()
+    of, count = _codes(devices)
+    return (len(devices) / (count * of.bincount().double()))[of].float()
+
+
+def _codes(names: Sequence[str]) -> tuple[torch.Tensor, int]:
+    """Each name's index among the distinct names (in order of first appearance), and how
+    many there are."""
+    index = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    return torch.tensor([index[name] for name in names], dtype=torch.long), len(index)
 
 
 def _tagged(graphs: Sequence[Data], tags: dict[str, torch.Tensor],
