@@ -7,7 +7,7 @@ from scipy import stats
 from torch_geometric.data import Data
 
 from calo import paths
-from calo.dataset import load_graphs
+from calo.dataset import GraphSet, load_graphs
 from calo.models.calibration import (
     blended_temperature,
     carried_temperature,
@@ -697,8 +697,7 @@ def test_a_per_iteration_model_adds_each_programs_work_back_to_its_prediction():
 
 
 def test_the_validation_order_needs_a_workload_of_three_records(params, extracted):
-    from calo.dataset import GraphSet
-    from tasks.pretrain import validation_order
+    from calo.tasks.pretrain import validation_order
 
     graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
     pairs = GraphSet(graphs.graphs[:4], ["a", "a", "b", "b"], list(range(4)), graphs.kind)
