@@ -16,7 +16,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calo.devices import preload_tensor_intrinsics
+
+def share_cores_among_workers() -> None:
+    """Each pytest-xdist worker's OpenMP threads (torch's, the graph walker's) to its share of
+    the cores, unless OMP_NUM_THREADS says otherwise. At one thread per core per worker, two
+    workers' threads outnumber the cores, and OpenMP's barriers wait on threads the other
+    worker's spinning ones keep off a core: a test of seconds ran for minutes while the other
+    worker trained. Read by the OpenMP runtime when it loads, so before anything imports torch
+    or TVM; the tests' subprocesses inherit it."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+
+
+share_cores_among_workers()
+
+from calo.devices import preload_tensor_intrinsics  # noqa: E402 - after the threads are set
 
 # Before any test module imports torch_geometric: see preload_tensor_intrinsics.
 preload_tensor_intrinsics()
