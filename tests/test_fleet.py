@@ -51,7 +51,8 @@ def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 120) ->
 
 @pytest.fixture(scope="module")
 def prefect_api(tmp_path_factory):
-    """A Prefect server bound to 127.0.0.1 and a process worker on its pool, both real."""
+    """A Prefect server bound to 127.0.0.1 and a process worker on its pool (one flow run at a
+    time, as the README starts it), both real."""
     home = tmp_path_factory.mktemp("prefect-home")
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
@@ -69,7 +70,8 @@ def prefect_api(tmp_path_factory):
         env = {**base, "PREFECT_API_URL": url}
         subprocess.run([str(BIN / "prefect"), "work-pool", "create", POOL, "--type", "process"],
                        env=env, check=True, capture_output=True)
-        worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", POOL],
+        worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", POOL,
+                                   "--limit", "1"],
                                   env=env, stdout=open(home / "worker.log", "w"),
                                   stderr=subprocess.STDOUT)
         yield env
