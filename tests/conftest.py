@@ -23,7 +23,8 @@ def share_cores_among_workers() -> None:
     workers' threads outnumber the cores, and OpenMP's barriers wait on threads the other
     worker's spinning ones keep off a core: a test of seconds ran for minutes while the other
     worker trained. Read by the OpenMP runtime when it loads, so before anything imports torch
-    or TVM; the tests' subprocesses inherit it."""
+    or TVM; the tests' subprocesses inherit it. The share is calo.compute.launch's for
+    torchrun's processes, written out here because importing that module loads torch."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
