@@ -106,7 +106,7 @@ def main() -> None:
     spreads = np.concatenate([(g.max(1) - g.min(1)) / g.mean(1) for g in groups.values()])
     overall = ceilings(groups)
     result = {
-        "pool": str(args.pool), "workloads": len(groups), "records": int(len(spreads)),
+        "pool": str(args.pool), "records": int(len(spreads)),
         "spread": {"median": float(np.median(spreads)), "p90": float(np.quantile(spreads, 0.9)),
                    "max": float(spreads.max())},
         "dropped_at_max_spread": {str(t): int((spreads > t).sum()) for t in THRESHOLDS},
