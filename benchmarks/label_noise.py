@@ -35,6 +35,7 @@ MIN_CANDIDATES = 8          # workloads with fewer repeated-run records are left
 THRESHOLDS = (0.05, 0.1, 0.25, 0.5)
 KEYS = ("kendall_tau", "top1", "top5")
 SOURCES = ("random", "evolved")
+FIGURES = ("single_run_vs_label", "single_run_vs_other_runs")  # noise_ceiling's two
 
 
 def runs_by_workload(store: Path) -> dict[tuple[str, str], list[list[float]]]:
@@ -70,17 +71,15 @@ def noise_ceiling(runs: np.ndarray) -> dict[str, dict[str, float]]:
     single = [ranking(label, runs[:, i]) for i in range(runs.shape[1])]
     others = [ranking(np.delete(runs, i, axis=1).mean(axis=1), runs[:, i])
               for i in range(runs.shape[1])]
-    return {"single_run_vs_label": _mean_scores(single),
-            "single_run_vs_other_runs": _mean_scores(others)}
+    return dict(zip(FIGURES, (_mean_scores(single), _mean_scores(others))))
 
 
-def ceilings(groups: dict[str, np.ndarray]) -> dict:
-    """Both bounds per workload and averaged over the workloads."""
+def noise_figures(groups: dict[str, np.ndarray]) -> dict:
+    """noise_ceiling's figures per workload and averaged over the workloads."""
     per_workload = {name: {"candidates": len(g), **noise_ceiling(g)}
                     for name, g in sorted(groups.items())}
-    bounds = ("single_run_vs_label", "single_run_vs_other_runs")
     return {"workloads": len(groups),
-            **{b: _mean_scores([w[b] for w in per_workload.values()]) for b in bounds},
+            **{f: _mean_scores([w[f] for w in per_workload.values()]) for f in FIGURES},
             "per_workload": per_workload}
 
 
@@ -104,14 +103,14 @@ def main() -> None:
         raise SystemExit(f"{args.pool}: no workload has {MIN_CANDIDATES} records with repeated "
                          "runs (harvest with harvest.repeat >= 2)")
     spreads = np.concatenate([(g.max(1) - g.min(1)) / g.mean(1) for g in groups.values()])
-    overall = ceilings(groups)
+    overall = noise_figures(groups)
     result = {
         "pool": str(args.pool), "records": int(len(spreads)),
         "spread": {"median": float(np.median(spreads)), "p90": float(np.quantile(spreads, 0.9)),
                    "max": float(spreads.max())},
         "dropped_at_max_spread": {str(t): int((spreads > t).sum()) for t in THRESHOLDS},
         **overall,
-        "by_source": {source: ceilings(g) for source, g in by_source.items() if g},
+        "by_source": {source: noise_figures(g) for source, g in by_source.items() if g},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -3,7 +3,7 @@ import pytest
 from label_noise import MIN_CANDIDATES, noise_ceiling, runs_of
 
 
-def test_separated_runs_order_perfectly_and_noise_lowers_the_low_bound_most():
+def test_separated_runs_order_perfectly_and_noise_lowers_the_floor_most():
     latency = np.linspace(1.0, 2.0, 10)
     steady = np.stack([latency, latency * 1.001, latency * 0.999], axis=1)
     bounds = noise_ceiling(steady)
@@ -16,9 +16,9 @@ def test_separated_runs_order_perfectly_and_noise_lowers_the_low_bound_most():
     noisy[::2, 0] += 0.15
     noisy[1::2, 1] -= 0.15
     bounds = noise_ceiling(noisy)
-    high, low = (bounds[b]["kendall_tau"] for b in ("single_run_vs_label",
-                                                    "single_run_vs_other_runs"))
-    assert low < high < 1.0
+    with_own, floor = (bounds[b]["kendall_tau"] for b in ("single_run_vs_label",
+                                                           "single_run_vs_other_runs"))
+    assert floor < with_own < 1.0
 
 
 def test_runs_are_kept_per_source_for_workloads_with_enough_of_them():
