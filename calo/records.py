@@ -81,25 +81,26 @@ def _torn_tail(file: Path) -> int:
 def recover_torn_tails(path: Path) -> list[Path]:
     """Move the torn last line of each append-only file of a store to `<file>.torn` (appended,
     so earlier recoveries stay); every complete line stays. Returns the files repaired."""
-    repaired = []
-    for name in APPEND_ONLY:
-        file = path / name
-        if not file.is_file() or not (size := _torn_tail(file)):
-            continue
-        with open(file, "rb+") as f:
-            f.seek(-size, os.SEEK_END)
-            tail = f.read()
-            with open(path / (name + TORN_SUFFIX), "ab") as aside:
-                aside.write(tail + b"\n")
-                aside.flush()
-                os.fsync(aside.fileno())
-            f.truncate(f.seek(-size, os.SEEK_END))
-            f.flush()
-            os.fsync(f.fileno())
-        get_logger().warning(f"{file}: a torn last line ({size} bytes, an append that never "
-                             f"finished) was moved to {name + TORN_SUFFIX}; complete records kept")
-        repaired.append(file)
-    return repaired
+    return [path / name for name in APPEND_ONLY if recover_torn_tail(path / name)]
+
+
+def recover_torn_tail(file: Path) -> bool:
+    """recover_torn_tails for one append-only file; whether it had a torn last line."""
+    if not file.is_file() or not (size := _torn_tail(file)):
+        return False
+    with open(file, "rb+") as f:
+        f.seek(-size, os.SEEK_END)
+        tail = f.read()
+        with open(file.with_name(file.name + TORN_SUFFIX), "ab") as aside:
+            aside.write(tail + b"\n")
+            aside.flush()
+            os.fsync(aside.fileno())
+        f.truncate(f.seek(-size, os.SEEK_END))
+        f.flush()
+        os.fsync(f.fileno())
+    get_logger().warning(f"{file}: a torn last line ({size} bytes, an append that never "
+                         f"finished) was moved to {file.name + TORN_SUFFIX}; complete lines kept")
+    return True
 
 
 def stream_lines(file: Path) -> Iterator[str]:
