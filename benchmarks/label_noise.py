@@ -4,8 +4,10 @@ Every record measured with repeated runs (harvest.repeat >= 2) keeps them all. P
 this ranks the candidates by one run and scores that ranking against the label (the mean of the
 runs) with the metrics the evaluations use (Kendall tau, top-1, top-5): how far the noise of
 one measurement moves them. The run is part of that label; scored against the mean of the
-other runs alone (`single_run_vs_other_runs`), its own noise is shared with nothing, which
-makes that figure a floor on what a model that knew each candidate's true latency would score.
+other runs alone (`single_run_vs_other_runs`), its own run's noise is shared with nothing. That
+is no floor on what a model that knew each candidate's latency would score: the runs of one
+measurement share the machine's state at that moment, and a candidate measured again later
+moves further (`remeasure.py` measures how far).
 Both are also given per candidate source (random samples, evolved candidates: the fast region
 a search visits, where the order is finest), for workloads with enough records of it. It also
 reports the spread of the repeated runs ((slowest - fastest) / mean) and how many records a
@@ -66,7 +68,7 @@ def _mean_scores(scores: list[dict]) -> dict[str, float]:
 
 def noise_ceiling(runs: np.ndarray) -> dict[str, dict[str, float]]:
     """Ranking by each single run, scored against the mean of all runs and against the mean
-    of the other runs (a floor on a perfect model's score); each averaged over runs."""
+    of the other runs; each averaged over runs."""
     label = runs.mean(axis=1)
     single = [ranking(label, runs[:, i]) for i in range(runs.shape[1])]
     others = [ranking(np.delete(runs, i, axis=1).mean(axis=1), runs[:, i])
