@@ -60,9 +60,11 @@ def chosen(store: Path, source: str | None, workloads: list[str] | None) -> list
     out = [r for r in records.iter_records(store)
            if r.latency is not None and source in (None, r.source)
            and (not workloads or r.workload_name in workloads)]
+    what = f"successful {source} records" if source else "successful records"
     if workloads and (missing := set(workloads) - {r.workload_name for r in out}):
-        raise CaloError(f"no successful {source or ''} records of {', '.join(sorted(missing))} "
-                        f"in {store}")
+        raise CaloError(f"no {what} of {', '.join(sorted(missing))} in {store}")
+    if not out:
+        raise CaloError(f"no {what} in {store}")
     return out
 
 
@@ -269,12 +271,17 @@ def main() -> None:
     if args.device not in settings.devices:
         raise SystemExit(f"--device: unknown device '{args.device}' (params.yaml devices: "
                          f"{', '.join(settings.devices)})")
+    if not args.pool.exists():
+        raise SystemExit(f"--pool {args.pool}: no such file or directory")
     runs_file = args.out_dir / "runs.jsonl"
     check_out_dir(args.out_dir, {"pool": args.pool.name, "device": args.device,
                                  "source": args.source, "workloads": args.workload,
                                  "seed": args.seed, "settings": args.set})
     with tempfile.TemporaryDirectory(prefix="calo-remeasure-") as tmp:
-        recs = chosen(open_pool(args.pool, Path(tmp)), args.source, args.workload)
+        try:
+            recs = chosen(open_pool(args.pool, Path(tmp)), args.source, args.workload)
+        except CaloError as err:
+            raise SystemExit(f"--pool {args.pool}: {err}") from None
         if not args.show:
             measure_sessions(settings, recs, args.device, args.sessions, runs_file, args.seed)
         rep = {"pool": args.pool.name, "device": args.device, "source": args.source or "all",

@@ -12,6 +12,7 @@ from remeasure import (
     session_order,
 )
 
+from calo.errors import CaloError
 from calo.paths import records_dir
 from tests.conftest import TARGET
 
@@ -46,6 +47,9 @@ def test_a_session_measures_each_group_together_in_an_order_of_its_own(params, h
     groups = [(r.workload_name, r.source) for r in first]
     runs = [g for i, g in enumerate(groups) if i == 0 or g != groups[i - 1]]
     assert len(runs) == len(set(groups))  # each group in one stretch
+
+    with pytest.raises(CaloError, match="no successful evolved records of no-such-workload"):
+        chosen(records_dir(TARGET), "evolved", ["no-such-workload"])
 
 
 def test_measured_again_in_sessions_and_resumed_after_a_torn_line(params, harvested, tmp_path):
