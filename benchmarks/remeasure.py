@@ -25,7 +25,9 @@ stopped. Run from the repository root:
     python benchmarks/remeasure.py --pool benchmarks/data/POOL.tar.gz --device cpu-generic-1core \
         --source evolved [--workload W ...] --out-dir DIR
 
-Writes DIR/remeasure.json (and prints the table).
+Writes DIR/remeasure.json (and prints the table); with --stores, DIR/sessionN/: the pool with
+session N's runs as the measured-again records' labels, a TVM database any evaluation scores
+(`offline_eval.py --held-out DIR/session0/POOL`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -131,6 +134,29 @@ def measure_session(session: int, todo: list, builder, runner, target, batch_siz
 
         measure.measure(builder, runner, target, [r.record.as_measure_candidate() for r in batch],
                         keep)
+
+
+def write_stores(store: Path, runs_file: Path, sessions: int, out_dir: Path) -> list[Path]:
+    """Per session, a copy of the pool whose measured-again records carry that session's runs
+    as their label (the others keep the pool's): any evaluation then scores a model against
+    another measurement of the same candidates."""
+    done = load_runs(runs_file)
+    lines = records.complete_lines(store / records.RECORD_FILE)
+    out = []
+    for session in range(sessions):
+        dest = out_dir / f"session{session}" / store.name
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(store, dest)
+        with open(dest / records.RECORD_FILE, "w") as f:
+            for index, line in enumerate(lines):
+                row = done.get((session, index))
+                if row and row["run_secs"]:
+                    workload, body = json.loads(line)
+                    body[1] = row["run_secs"]  # TVM's record: [trace, run_secs, target, args]
+                    line = json.dumps([workload, body])
+                f.write(line + "\n")
+        out.append(dest)
+    return out
 
 
 def check_out_dir(out_dir: Path, what: dict) -> None:
@@ -264,6 +290,9 @@ def main() -> None:
                     help="override a params.yaml value, e.g. harvest.min_repeat_ms=100")
     ap.add_argument("--out-dir", type=Path, required=True)
     ap.add_argument("--show", action="store_true", help="report what is measured, measure nothing")
+    ap.add_argument("--stores", action="store_true",
+                    help="also write OUT_DIR/sessionN/: the pool with each session's runs as "
+                         "the measured-again records' labels, for scoring models against them")
     args = ap.parse_args()
     if args.sessions < 2:
         raise SystemExit("--sessions: at least 2 (the point is to compare them)")
@@ -278,8 +307,9 @@ def main() -> None:
                                  "source": args.source, "workloads": args.workload,
                                  "seed": args.seed, "settings": args.set})
     with tempfile.TemporaryDirectory(prefix="calo-remeasure-") as tmp:
+        store = open_pool(args.pool, Path(tmp))
         try:
-            recs = chosen(open_pool(args.pool, Path(tmp)), args.source, args.workload)
+            recs = chosen(store, args.source, args.workload)
         except CaloError as err:
             raise SystemExit(f"--pool {args.pool}: {err}") from None
         if not args.show:
@@ -287,6 +317,9 @@ def main() -> None:
         rep = {"pool": args.pool.name, "device": args.device, "source": args.source or "all",
                "settings": args.set,
                "records": len(recs), **report(recs, runs_file, args.sessions)}
+        if args.stores:
+            for dest in write_stores(store, runs_file, args.sessions, args.out_dir):
+                print(f"wrote {dest}")
     (args.out_dir / "remeasure.json").write_text(json.dumps(rep, indent=1) + "\n")
     print_table(rep)
 

@@ -10,8 +10,10 @@ from remeasure import (
     perfect_model,
     report,
     session_order,
+    write_stores,
 )
 
+from calo import records
 from calo.errors import CaloError
 from calo.paths import records_dir
 from tests.conftest import TARGET
@@ -80,3 +82,16 @@ def test_measured_again_in_sessions_and_resumed_after_a_torn_line(params, harves
         scores = rep["by_source"]["random"][figure]
         assert -1.0 <= scores["kendall_tau"] <= 1.0
         assert 0.0 < scores["top1"] <= scores["top5"] <= 1.0
+
+    # Each session's runs as the labels of a copy of the pool; the other records keep theirs.
+    store = records_dir(TARGET)
+    copies = write_stores(store, runs, 2, tmp_path / "stores")
+    runs_of = {(row["session"], row["record"]): row["run_secs"]
+               for row in map(json.loads, runs.read_text().splitlines())}
+    before = {r.index: r.latency for r in records.iter_records(store)}
+    for session, copy in enumerate(copies):
+        after = {r.index: r.latency for r in records.iter_records(copy)}
+        assert after.keys() == before.keys()
+        for index, latency in after.items():
+            secs = runs_of.get((session, index))
+            assert latency == pytest.approx(np.mean(secs) if secs else before[index])
