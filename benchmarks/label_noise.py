@@ -37,7 +37,7 @@ MIN_CANDIDATES = 8          # workloads with fewer repeated-run records are left
 THRESHOLDS = (0.05, 0.1, 0.25, 0.5)
 KEYS = ("kendall_tau", "top1", "top5")
 SOURCES = ("random", "evolved")
-FIGURES = ("single_run_vs_label", "single_run_vs_other_runs")  # noise_ceiling's two
+FIGURES = ("single_run_vs_label", "single_run_vs_other_runs")  # single_run_scores's two
 
 
 def runs_by_workload(store: Path) -> dict[tuple[str, str], list[list[float]]]:
@@ -62,26 +62,27 @@ def runs_of(runs: dict[tuple[str, str], list], source: str | None = None
             if len(rows) >= MIN_CANDIDATES and len({len(r) for r in rows}) == 1}
 
 
-def _mean_scores(scores: list[dict]) -> dict[str, float]:
+def mean_scores(scores: list[dict]) -> dict[str, float]:
+    """The ranking metrics averaged over several scorings."""
     return {k: float(np.mean([s[k] for s in scores])) for k in KEYS}
 
 
-def noise_ceiling(runs: np.ndarray) -> dict[str, dict[str, float]]:
+def single_run_scores(runs: np.ndarray) -> dict[str, dict[str, float]]:
     """Ranking by each single run, scored against the mean of all runs and against the mean
     of the other runs; each averaged over runs."""
     label = runs.mean(axis=1)
     single = [ranking(label, runs[:, i]) for i in range(runs.shape[1])]
     others = [ranking(np.delete(runs, i, axis=1).mean(axis=1), runs[:, i])
               for i in range(runs.shape[1])]
-    return dict(zip(FIGURES, (_mean_scores(single), _mean_scores(others))))
+    return dict(zip(FIGURES, (mean_scores(single), mean_scores(others))))
 
 
 def noise_figures(groups: dict[str, np.ndarray]) -> dict:
-    """noise_ceiling's figures per workload and averaged over the workloads."""
-    per_workload = {name: {"candidates": len(g), **noise_ceiling(g)}
+    """single_run_scores's figures per workload and averaged over the workloads."""
+    per_workload = {name: {"candidates": len(g), **single_run_scores(g)}
                     for name, g in sorted(groups.items())}
     return {"workloads": len(groups),
-            **{f: _mean_scores([w[f] for w in per_workload.values()]) for f in FIGURES},
+            **{f: mean_scores([w[f] for w in per_workload.values()]) for f in FIGURES},
             "per_workload": per_workload}
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from harvest_pools import open_pool, overrides
-from label_noise import KEYS, noise_ceiling
+from label_noise import KEYS, mean_scores, single_run_scores
 from scipy import stats
 
 from calo import measure, records
@@ -136,11 +136,10 @@ def measure_session(session: int, todo: list, builder, runner, target, batch_siz
                         keep)
 
 
-def write_stores(store: Path, runs_file: Path, sessions: int, out_dir: Path) -> list[Path]:
+def write_stores(store: Path, done: dict, sessions: int, out_dir: Path) -> list[Path]:
     """Per session, a copy of the pool whose measured-again records carry that session's runs
     as their label (the others keep the pool's): any evaluation then scores a model against
-    another measurement of the same candidates."""
-    done = load_runs(runs_file)
+    another measurement of the same candidates (done: load_runs')."""
     lines = records.complete_lines(store / records.RECORD_FILE)
     out = []
     for session in range(sessions):
@@ -170,10 +169,6 @@ def check_out_dir(out_dir: Path, what: dict) -> None:
     file.write_text(json.dumps(what) + "\n")
 
 
-def _mean(scores: list[dict]) -> dict[str, float]:
-    return {k: float(np.mean([s[k] for s in scores])) for k in KEYS}
-
-
 def figures(runs: np.ndarray, pool_label: np.ndarray) -> dict[str, dict[str, float]]:
     """runs: (candidates, sessions, repeats). Each single run ranked against the other runs of
     its session, against each other session's mean, and against the pool's label."""
@@ -181,7 +176,7 @@ def figures(runs: np.ndarray, pool_label: np.ndarray) -> dict[str, dict[str, flo
     means = runs.mean(axis=2)
     within, between, pool, averaged = [], [], [], []
     for s in range(n_sessions):
-        within.append(noise_ceiling(runs[:, s, :])["single_run_vs_other_runs"])
+        within.append(single_run_scores(runs[:, s, :])["single_run_vs_other_runs"])
         others = np.delete(means, s, axis=1)
         for r in range(n_repeats):
             one = runs[:, s, r]
@@ -189,9 +184,10 @@ def figures(runs: np.ndarray, pool_label: np.ndarray) -> dict[str, dict[str, flo
             between += [ranking(other, one) for other in others.T]
             if others.shape[1] >= 2:
                 averaged.append(ranking(others.mean(axis=1), one))
-    out = {"within": _mean(within), "between": _mean(between), "pool": _mean(pool)}
+    out = {"within": mean_scores(within), "between": mean_scores(between),
+           "pool": mean_scores(pool)}
     if averaged:  # a label measured in several sessions, averaged
-        out["between_averaged"] = _mean(averaged)
+        out["between_averaged"] = mean_scores(averaged)
     return out
 
 
@@ -230,11 +226,9 @@ def _tau_of_share(share: float) -> float:
     return 2 / math.pi * math.asin(math.sqrt(min(max(share, 0.0), 1.0)))
 
 
-def report(recs: list, runs_file: Path, sessions: int, min_candidates: int = MIN_CANDIDATES
-           ) -> dict:
+def report(recs: list, done: dict, sessions: int, min_candidates: int = MIN_CANDIDATES) -> dict:
     """figures per workload and source (those with min_candidates records measured in every
-    session), and averaged per source."""
-    done = load_runs(runs_file)
+    session of `done`, load_runs'), and averaged per source."""
     groups: dict[tuple[str, str], list] = {}
     for rec in recs:
         rows = [done.get((s, rec.index)) for s in range(sessions)]
@@ -255,7 +249,8 @@ def report(recs: list, runs_file: Path, sessions: int, min_candidates: int = MIN
         corr = {k: float(np.mean([w["correlations"][k] for w in mine]))
                 for k in ("sessions", "session_pool")}
         by_source[source] = {"workloads": len(mine),
-                             **{f: _mean([w[f] for w in mine]) for f in LABELS if f in mine[0]},
+                             **{f: mean_scores([w[f] for w in mine])
+                                for f in LABELS if f in mine[0]},
                              "correlations": corr,
                              # from the mean correlations: one workload's are too few to
                              # divide by
@@ -314,11 +309,12 @@ def main() -> None:
             raise SystemExit(f"--pool {args.pool}: {err}") from None
         if not args.show:
             measure_sessions(settings, recs, args.device, args.sessions, runs_file, args.seed)
+        done = load_runs(runs_file)
         rep = {"pool": args.pool.name, "device": args.device, "source": args.source or "all",
-               "settings": args.set,
-               "records": len(recs), **report(recs, runs_file, args.sessions)}
+               "settings": args.set, "records": len(recs),
+               **report(recs, done, args.sessions)}
         if args.stores:
-            for dest in write_stores(store, runs_file, args.sessions, args.out_dir):
+            for dest in write_stores(store, done, args.sessions, args.out_dir):
                 print(f"wrote {dest}")
     (args.out_dir / "remeasure.json").write_text(json.dumps(rep, indent=1) + "\n")
     print_table(rep)

@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
-from label_noise import MIN_CANDIDATES, noise_ceiling, runs_of
+from label_noise import MIN_CANDIDATES, runs_of, single_run_scores
 
 
 def test_separated_runs_order_perfectly_and_noise_lowers_the_other_runs_figure_most():
     latency = np.linspace(1.0, 2.0, 10)
     steady = np.stack([latency, latency * 1.001, latency * 0.999], axis=1)
-    got = noise_ceiling(steady)
+    got = single_run_scores(steady)
     assert got["single_run_vs_label"]["kendall_tau"] == pytest.approx(1.0)
     assert got["single_run_vs_other_runs"]["kendall_tau"] == pytest.approx(1.0)
 
@@ -15,7 +15,7 @@ def test_separated_runs_order_perfectly_and_noise_lowers_the_other_runs_figure_m
     noisy = steady.copy()
     noisy[::2, 0] += 0.15
     noisy[1::2, 1] -= 0.15
-    got = noise_ceiling(noisy)
+    got = single_run_scores(noisy)
     with_own, others = (got[b]["kendall_tau"] for b in ("single_run_vs_label",
                                                            "single_run_vs_other_runs"))
     assert others < with_own < 1.0

@@ -6,6 +6,7 @@ from remeasure import (
     chosen,
     correlations,
     figures,
+    load_runs,
     measure_sessions,
     perfect_model,
     report,
@@ -75,7 +76,7 @@ def test_measured_again_in_sessions_and_resumed_after_a_torn_line(params, harves
     assert len(again) == len(expected)
     assert (tmp_path / "runs.jsonl.torn").read_text() == lines[-3][:20] + "\n"
 
-    rep = report(recs, runs, 2, min_candidates=3)
+    rep = report(recs, load_runs(runs), 2, min_candidates=3)
     assert list(rep["by_source"]) == ["random"]
     assert rep["by_source"]["random"]["workloads"] == len({r.workload_name for r in recs})
     for figure in ("within", "between", "pool"):
@@ -85,7 +86,7 @@ def test_measured_again_in_sessions_and_resumed_after_a_torn_line(params, harves
 
     # Each session's runs as the labels of a copy of the pool; the other records keep theirs.
     store = records_dir(TARGET)
-    copies = write_stores(store, runs, 2, tmp_path / "stores")
+    copies = write_stores(store, load_runs(runs), 2, tmp_path / "stores")
     runs_of = {(row["session"], row["record"]): row["run_secs"]
                for row in map(json.loads, runs.read_text().splitlines())}
     before = {r.index: r.latency for r in records.iter_records(store)}
