@@ -69,7 +69,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -88,6 +87,7 @@ from calo.baselines import context_of, train_on_groups, xgb_model  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
 from calo.correction import donor_trees, member_keys, tree_rows  # noqa: E402
 from calo.dataset import GraphSet  # noqa: E402
+from calo.environment import code_version  # noqa: E402
 from calo.evaluation import predictive, ranking  # noqa: E402
 from calo.log import get_logger  # noqa: E402
 from calo.tasks.calibrate import calibrate  # noqa: E402
@@ -144,20 +144,6 @@ def with_overrides(settings: Settings, donor: str, items: list[str]) -> Settings
 def pool_label(pool: Path) -> str:
     """A held-out pool's name in the report: its file or directory name without .tar.gz."""
     return pool.name.removesuffix(".tar.gz")
-
-
-def code_version() -> str | None:
-    """The commit of the code running (`+changes` when tracked files differ from it), or None
-    outside a git checkout. A donor trained by other code is another donor: its figures
-    reproduce only with that code, or with the saved donor."""
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-    try:
-        head = git("rev-parse", "HEAD")
-        changed = git("diff", "--quiet", "HEAD", "--").returncode != 0
-    except OSError:  # no git
-        return None
-    return head.stdout.strip() + ("+changes" if changed else "") if head.returncode == 0 else None
 
 
 def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict:

@@ -59,7 +59,6 @@ preload_tensor_intrinsics()  # once, outside any timing
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import tvm  # noqa: E402
 from scipy import stats  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
@@ -68,6 +67,7 @@ from calo.artifact import CONFIG, TrainedModel  # noqa: E402
 from calo.baselines import xgb_model  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
+from calo.environment import machine  # noqa: E402
 from calo.tasks.extract import extract  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -392,17 +392,6 @@ def mean_over_time(runs: list[dict], oracle: float, points: int = 200
         if len(values) == len(runs):  # from the moment every seed has a measurement
             means.append((float(t), float(np.mean(values))))
     return means
-
-
-def machine() -> dict:
-    """The machine live runs measure on: its latencies are not another machine's (the same
-    kernel on two machines differed twofold), so a resumed run must not mix them."""
-    cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in
-             (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else [])
-             if line.startswith("model name")]
-    return {"cpu": tvm.target.codegen.llvm_get_system_cpu(), "model": names[0] if names else "",
-            "cores": os.cpu_count()}
 
 
 def live_settings(settings: Settings, budget: int, changes: dict | None = None) -> Settings:

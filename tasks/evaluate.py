@@ -42,6 +42,7 @@ from calo import paths, registry
 from calo.artifact import WEIGHTS, TrainedModel
 from calo.baselines import context_of, mlp_on_groups, mlp_updated, train_on_groups, xgb_model
 from calo.dataset import GraphSet, split_of
+from calo.environment import environment
 from calo.errors import CaloError, reason
 from calo.evaluation import calibration, checked_temperature, predictive, ranking, ranking_scores
 from calo.graphs import graph_set
@@ -376,6 +377,7 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
                          for w in held},
         "not_run": not_run,
+        "environment": environment(),
     }
     log.info(f"evaluate: {len(held)} workloads, {report['held_out_records']} held-out records")
     return report

@@ -54,6 +54,8 @@ def test_evaluate_with_warmup_scores_every_model_on_the_same_held_out_records(
     table = capsys.readouterr().err
     assert "xgb_donor" in table and "overall" in table
     assert f"at temperature 1: {plain['ece']:.3f} / {plain['nll']:.3f}" in table
+    # where the figures came from: a re-run elsewhere can be told apart
+    assert report["environment"]["packages"]["torch"] == torch.__version__
 
 
 @pytest.mark.slow

@@ -100,12 +100,13 @@ def test_live_runs_are_keyed_by_the_model_and_tuning_settings_but_not_the_seed()
 
 def test_live_runs_of_another_machine_are_refused(tmp_path, monkeypatch):
     import ttq
+    import tvm
 
     path = tmp_path / "ttq_live_runs.json"
     here = {"machine": ttq.machine(), "budget": 200}
     save_runs(path, here, {"w calo 0": {"trials": 200}})
     assert saved_runs(path, json.loads(json.dumps(here))) == {"w calo 0": {"trials": 200}}
-    monkeypatch.setattr(ttq.tvm.target.codegen, "llvm_get_system_cpu", lambda: "other-cpu")
+    monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: "other-cpu")
     elsewhere = {"machine": ttq.machine(), "budget": 200}
     with pytest.raises(SystemExit, match="differs in: machine"):
         saved_runs(path, json.loads(json.dumps(elsewhere)))
