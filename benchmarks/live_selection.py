@@ -34,7 +34,6 @@ from ttq import (  # noqa: E402
     calo_models,
     donor_recipe,
     live_settings,
-    machine,
     make_calo,
     save_runs,
     saved_runs,
@@ -43,6 +42,7 @@ from ttq import (  # noqa: E402
 
 from calo.config import load_settings  # noqa: E402
 from calo.costmodel import CaloCostModel  # noqa: E402
+from calo.environment import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 # A suite shape the donor has records of and an operator it has none of; neither is among the
