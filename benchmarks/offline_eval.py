@@ -85,7 +85,7 @@ from calo import paths, records, suite  # noqa: E402
 from calo.artifact import TrainedModel  # noqa: E402
 from calo.baselines import context_of, train_on_groups, xgb_model  # noqa: E402
 from calo.config import Settings, load_settings  # noqa: E402
-from calo.correction import donor_trees, member_keys, tree_rows  # noqa: E402
+from calo.correction import donor_trees, member_keys, summary_width, tree_rows  # noqa: E402
 from calo.dataset import GraphSet  # noqa: E402
 from calo.environment import code_version  # noqa: E402
 from calo.evaluation import predictive, ranking  # noqa: E402
@@ -163,14 +163,17 @@ def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict
 def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_on: int,
                        also: Sequence[str] = ()) -> Path:
     """A saved donor as the rule's trees that learn from the donor's records (finetune.rule's
-    donor_records) need it: one that predates them is copied to `out` with its training
-    records (its training split's, not learned: the donor itself is kept rather than trained
-    anew) and its own trees of them (calo.correction.donor_trees) added. One whose trees the
-    rule now weighs otherwise is copied with the rule's weight: the weight enters only the
-    blend, not the trees' fit, so the copy is what pretrain would save now; one whose trees
-    were fitted with other seeds (finetune.correction.seeds) gets them fitted again."""
+    donor_records) need it: one that predates them, or whose records predate their devices, is
+    copied to `out` with its training records (its training split's, not learned: the donor
+    itself is kept rather than trained anew) and its own trees of them
+    (calo.correction.donor_trees) added. One whose trees the rule now weighs otherwise is
+    copied with the rule's weight: the weight enters only the blend, not the trees' fit, so the
+    copy is what pretrain would save now; one whose trees were fitted with other seeds
+    (finetune.correction.seeds) gets them fitted again."""
     trained = TrainedModel.load(model_dir)
-    had_rows = trained.donor_rows is not None
+    # rows kept before they carried each program's device are derived again
+    had_rows = (trained.donor_rows is not None
+                and trained.donor_rows[0].shape[1] == summary_width(devices=True))
     step = settings.finetune.step_for(0)
     fits = member_keys(settings.finetune.correction, ("summary",))
     if had_rows and trained.correction is not None and (

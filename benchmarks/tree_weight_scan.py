@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import offline_eval  # noqa: E402,F401  (loads TVM's tensor intrinsics first)
 
-from calo.correction import fit_correction, store_rows  # noqa: E402
+from calo.correction import fit_correction, store_devices, store_rows  # noqa: E402
 from calo.evaluation import mean_ranking, ranking  # noqa: E402
 from calo.models.training import predict  # noqa: E402
 from calo.records import describe_target, target_key  # noqa: E402
@@ -261,11 +261,11 @@ def main() -> None:
                                   "warmup_records": warmup["counts"].get(name, 0)}
             latency = np.array([r.latency for r in group])
             evolved = np.flatnonzero(np.array([r.source for r in group]) == "evolved")
-            rows = store_rows(graphs.graphs)
+            rows, devices = store_rows(graphs.graphs), store_devices(graphs.graphs)
             for kind, trees in (("shipped", trained.correction), ("tvm", warmup["tvm"])):
                 if trees is None:
                     continue
-                t = trees.log_latency(rows, graphs.workload)
+                t = trees.log_latency(rows, graphs.workload, devices)
                 for w in WEIGHTS:
                     order = (1 - w) * mu + w * t
                     cell = table.setdefault(f"{kind}@{w}", {})

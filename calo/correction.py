@@ -17,6 +17,11 @@ program summarized by the sum and the maximum of its store rows, in one of two w
   such trees of its records alone for workloads no warm-up has measured (`donor_trees`).
   The mean stays the network's (calo.evaluation.ranking_scores).
 
+Trees that learn from the donor's records learn from several devices' measurements at once;
+their rows also carry the device each program was measured on (its target's cores and vector
+bytes, calo.schedule_graph.device_of), so a split can keep one device's order apart from
+another's where the two differ (docs/ranking.md).
+
 The throughput trees can be an ensemble of kinds (below), their predictions averaged.
 Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
 rounds, and which blend, a warm-up of a given size gets (0 rounds: none); the trees' settings
@@ -38,6 +43,7 @@ from torch_geometric.data import Data
 from calo import config as cfg
 from calo import store_features
 from calo.errors import CaloError
+from calo.graph_store import ShardedGraphs
 from calo.models.evidential import EvidentialSAGE
 from calo.models.training import predict
 
@@ -45,15 +51,36 @@ if TYPE_CHECKING:
     import xgboost
 
 
-def summarize(rows: Sequence) -> np.ndarray:
-    """[programs, 2 x NUM_FEATURES]: each program's per-store rows summed, then maxed."""
+def summarize(rows: Sequence, devices: np.ndarray | None = None) -> np.ndarray:
+    """[programs, 2 x NUM_FEATURES]: each program's per-store rows summed, then maxed; with
+    `devices` ([programs, 2], store_devices) their cores and vector bytes as two more columns."""
     width = store_features.NUM_FEATURES
     out = np.zeros((len(rows), 2 * width), np.float32)
     for i, r in enumerate(rows):
         r = np.asarray(r, np.float32)
         if len(r):
             out[i, :width], out[i, width:] = r.sum(0), r.max(0)
-    return out
+    if devices is None:
+        return out
+    return np.concatenate([out, np.asarray(devices, np.float32).reshape(len(rows), 2)], 1)
+
+
+def store_devices(graphs: Sequence[Data]) -> np.ndarray:
+    """[programs, 2]: the device (cores, vector bytes) each graph's store rows were extracted
+    for; graphs extracted before graphs kept it are refused in one line."""
+    if isinstance(graphs, ShardedGraphs):  # the store's index holds them: no shard is loaded
+        devices = graphs.device.numpy()
+    elif all("store_device" in g for g in graphs):
+        devices = np.zeros((len(graphs), 2), np.float32)
+        for i, g in enumerate(graphs):
+            devices[i] = g.store_device.reshape(2).numpy()
+    else:
+        devices = None
+    if devices is None or np.isnan(devices).any():
+        raise CaloError("the trees that learn from several devices' records read the device "
+                        "beside each program's store rows, which these graphs lack: re-run "
+                        "`calo extract`")
+    return devices
 
 
 # Predicted throughputs are floored here before their log is taken: a tree can predict zero
@@ -139,13 +166,17 @@ def _tvm_settings(threads: int) -> tuple[dict, int]:
 
 class Corrector:
     def __init__(self, members: dict[str, xgboost.Booster], blend: float = 0.0,
-                 best: dict[str, float] | None = None, general: bool = False):
+                 best: dict[str, float] | None = None, general: bool = False,
+                 device_columns: bool = False):
         self.members = members          # kind (finetune.correction.members, #seed) -> its trees
         self.blend = blend              # 0: residual trees; else the throughput trees' weight
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
         # Throughput trees that learned from the donor's records know workloads beyond `best`
         # and order those too; trees of a warm-up alone leave them to the network.
         self.general = general
+        # Whether the summary trees read each program's device beside its rows (summarize):
+        # those that learn from the donor's records do; models saved before they did, not.
+        self.device_columns = device_columns
 
     @classmethod
     def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
@@ -155,7 +186,8 @@ class Corrector:
         """Boosted trees of each kind in `members` (once per seed: member_keys) fitted to
         `target` (residual log latency, or normalized throughput where `blend` > 0) from each
         program's store `rows` (`summary_rows`: the summary member's inputs where they are
-        given summarized)."""
+        given summarized; `general`: trees of the donor's records too, whose summarized rows
+        carry their devices)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         target = np.asarray(target, np.float32)
@@ -175,17 +207,21 @@ class Corrector:
             else:
                 tvm_params, patience = _tvm_settings(settings.threads)
                 fitted[key] = _fit_packed(tvm_params, *stacked, target, None, patience)
-        return cls(fitted, blend, best, general)
+        return cls(fitted, blend, best, general, device_columns=general)
 
-    def predict(self, rows: Sequence) -> np.ndarray:
-        """The members' mean prediction for programs of these store rows."""
+    def predict(self, rows: Sequence, devices: np.ndarray | None = None) -> np.ndarray:
+        """The members' mean prediction for programs of these store rows, measured on these
+        `devices` (store_devices; the trees that read them need them)."""
         import xgboost
 
         out = np.zeros(len(rows))
         if not len(rows):
             return out
+        if self.device_columns and devices is None:
+            raise ValueError("these trees read each program's device beside its store rows")
         kinds = {key: key.partition(SEED_MARK)[0] for key in self.members}
-        summary = xgboost.DMatrix(summarize(rows)) if "summary" in kinds.values() else None
+        summary = (xgboost.DMatrix(summarize(rows, devices if self.device_columns else None))
+                   if "summary" in kinds.values() else None)
         if set(kinds.values()) - {"summary"}:
             x, owner = _packed(rows)
             stacked = xgboost.DMatrix(x)
@@ -197,25 +233,27 @@ class Corrector:
                                    minlength=len(rows))
         return out / len(self.members)
 
-    def adjust(self, mu: np.ndarray, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
+    def adjust(self, mu: np.ndarray, rows: Sequence, workloads: Sequence[str],
+               devices: np.ndarray | None = None) -> np.ndarray:
         """For programs whose network means are `mu`: the corrected means (residual trees),
         or the blended log latencies that order them (throughput trees)."""
         mu = np.asarray(mu, np.float64)
         if not len(rows):
             return mu
         if not self.blend:
-            return mu + self.predict(rows)
-        trees = self.log_latency(rows, workloads)
+            return mu + self.predict(rows, devices)
+        trees = self.log_latency(rows, workloads, devices)
         ordered = np.array([self.orders(w) for w in workloads])
         return np.where(ordered, (1 - self.blend) * mu + self.blend * trees, mu)
 
-    def log_latency(self, rows: Sequence, workloads: Sequence[str]) -> np.ndarray:
+    def log_latency(self, rows: Sequence, workloads: Sequence[str],
+                    devices: np.ndarray | None = None) -> np.ndarray:
         """Throughput trees' log latency of each program: its workload's best measured log
         latency less the log of the predicted normalized throughput."""
         # A workload of no measurement has no best to anchor the trees' log latency; any
         # constant orders its candidates alike.
         best = np.array([self.best.get(w, 0.0) for w in workloads])
-        return best - np.log(np.maximum(self.predict(rows), MIN_THROUGHPUT))
+        return best - np.log(np.maximum(self.predict(rows, devices), MIN_THROUGHPUT))
 
     def orders(self, workload: str) -> bool:
         """Whether it moves this workload's candidates: residual trees move every one;
@@ -233,7 +271,7 @@ class Corrector:
     def describe(self) -> dict:
         """What model.json keeps of it beside the trees' own file."""
         return {"blend": self.blend, "best": self.best, "members": list(self.members),
-                "general": self.general}
+                "general": self.general, "device_columns": self.device_columns}
 
     def save(self, path: Path) -> None:
         """One member: XGBoost's own JSON model; several: {kind: that model}."""
@@ -264,7 +302,8 @@ class Corrector:
             return cls(members)
         return cls(members, float(described["blend"]),
                    {str(k): float(v) for k, v in described["best"].items()},
-                   bool(described.get("general", False)))
+                   bool(described.get("general", False)),
+                   bool(described.get("device_columns", False)))
 
 
 def store_rows(graphs: Sequence[Data]) -> list:
@@ -278,9 +317,14 @@ def store_rows(graphs: Sequence[Data]) -> list:
 
 
 # The donor's records as the throughput trees read them: each program's summarized store rows
-# and its throughput relative to its workload's best. Kept at full precision: rounded, a
-# donor's row would sit on the other side of a split from an equal row of the device.
+# with its device, and its throughput relative to its workload's best. Kept at full precision:
+# rounded, a donor's row would sit on the other side of a split from an equal row of the device.
 TreeRows = tuple[np.ndarray, np.ndarray]
+
+
+def summary_width(devices: bool) -> int:
+    """Columns of a summarized row (summarize), with its device's or without."""
+    return 2 * store_features.NUM_FEATURES + (2 if devices else 0)
 
 
 def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
@@ -301,8 +345,9 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
         return Corrector.fit(settings, rounds, rows, throughput, seed, blend, best,
                              settings.members)
     # The donor keeps its records summarized: only the summary member can learn from them.
+    own = summarize(rows, store_devices(graphs))
     return Corrector.fit(settings, rounds, rows, np.concatenate([donor[1], throughput]), seed,
-                         blend, best, summary_rows=np.concatenate([donor[0], summarize(rows)]),
+                         blend, best, summary_rows=np.concatenate([_summarized(donor), own]),
                          general=True)
 
 
@@ -315,7 +360,16 @@ def donor_trees(finetune: cfg.Finetune, donor: TreeRows, seed: int = 0) -> Corre
     if not step.donor_records:
         return None
     return Corrector.fit(finetune.correction, step.correction, [], donor[1], seed, step.blend,
-                         summary_rows=donor[0], general=True)
+                         summary_rows=_summarized(donor), general=True)
+
+
+def _summarized(donor: TreeRows) -> np.ndarray:
+    """The donor's summarized rows, which must carry their devices."""
+    if donor[0].shape[1] != summary_width(True):
+        raise CaloError(f"the donor's records are kept {donor[0].shape[1]} columns wide, the "
+                        f"trees read {summary_width(True)} (each program's device beside its "
+                        "rows): re-run `calo pretrain` with this version")
+    return donor[0]
 
 
 def normalized_throughput(y: np.ndarray, workloads: Sequence[str]
@@ -330,5 +384,5 @@ def normalized_throughput(y: np.ndarray, workloads: Sequence[str]
 def tree_rows(graphs: Sequence[Data], workloads: Sequence[str]) -> TreeRows:
     """The donor's measured graphs (with store rows) as the throughput trees learn from them."""
     y = torch.cat([g.y for g in graphs]).double().numpy()
-    return (summarize(store_rows(graphs)),
+    return (summarize(store_rows(graphs), store_devices(graphs)),
             normalized_throughput(y, workloads)[1].astype(np.float32))

@@ -26,12 +26,12 @@ from calo import store_features
 from calo.artifact import TrainedModel
 from calo.compute import training_device
 from calo.correction import fit_correction
-from calo.dataset import collate, collate_union, to_data
+from calo.dataset import collate, collate_union, device_row, to_data
 from calo.graphs import of_candidates, union_of_candidates
 from calo.memory import keep_freed_memory
 from calo.models.training import Anchor, recenter, torch_threads, train_step, workload_batches
 from calo.records import latency_of, target_key
-from calo.schedule_graph import ScheduleGraph
+from calo.schedule_graph import ScheduleGraph, device_of
 
 ONLINE_STATE = "online.pt"   # beside the artifact: round and measured graphs of this search
 # Graphs and per-store rows kept per search, by program (its structural hash), for the online
@@ -190,7 +190,8 @@ class CaloCostModel(PyCostModel):
             self.trained.graph_kind, context.mod, context.target, missing))
         if self.trained.reads_stores if stores is None else stores:
             rows = self.store_rows(context, candidates, keys)
-            graphs = [dataclasses.replace(g, stores=r) for g, r in zip(graphs, rows)]
+            device = device_of(context.target)
+            graphs = [dataclasses.replace(g, stores=r, device=device) for g, r in zip(graphs, rows)]
         return graphs
 
     def store_rows(self, context, candidates, keys: list[int] | None = None
@@ -247,7 +248,8 @@ class CaloCostModel(PyCostModel):
         rows = ([graphs[i].stores for i in top] if graphs[0].stores is not None else
                 self.store_rows(context, [candidates[i] for i in top]))
         drafts = self.trained.correction.adjust(
-            mean[top], rows, [str(context.task_name)] * len(top)) - mean[top]
+            mean[top], rows, [str(context.task_name)] * len(top),
+            device_row(device_of(context.target)).numpy().repeat(len(top), 0)) - mean[top]
         out = bound + drafts.max()
         out[top] = bound[top] + drafts
         return out

@@ -16,7 +16,7 @@ from calo.config import Split
 from calo.errors import CaloError
 from calo.graph_store import MANIFEST, GraphStore, ShardedGraphs, StoreWriter
 from calo.native import Union
-from calo.schedule_graph import ScheduleGraph
+from calo.schedule_graph import Device, ScheduleGraph
 
 SPLITS = ("train", "val", "test")
 
@@ -28,10 +28,19 @@ def to_data(graph: ScheduleGraph, log_latency: float | None = None) -> Data:
         edge_type=torch.from_numpy(graph.edge_type),
     )
     if graph.stores is not None:
+        if graph.device is None:
+            raise ValueError("store rows without the Device of the target they were extracted for")
         data.store_rows = torch.from_numpy(graph.stores)
+        data.store_device = device_row(graph.device)
     if log_latency is not None:
         data.y = torch.tensor([log_latency], dtype=torch.float32)
     return data
+
+
+def device_row(device: Device) -> torch.Tensor:
+    """[1, 2]: a Device's cores and vector bytes, as a graph keeps them beside its store rows
+    (one row per graph, so a batch of graphs stacks them)."""
+    return torch.tensor([[device.cores, device.vector_bytes]], dtype=torch.float32)
 
 
 def collate(graphs: list[ScheduleGraph]) -> tuple:
@@ -148,7 +157,8 @@ def save_graphs(path: Path, graphs: GraphSet, shard_size: int) -> None:
     writer = StoreWriter(path, graphs.kind, stores, shard_size)
     for data, workload, record in zip(graphs.graphs, graphs.workload, graphs.record):
         writer.add(data.x, data.edge_index, data.edge_type,
-                   data.store_rows if stores else None, data.y.item(),
+                   data.store_rows if stores else None,
+                   data.store_device if stores else None, data.y.item(),
                    float(getattr(data, "spread", torch.tensor([float("nan")]))[0]),
                    workload, record)
         if writer.full:

@@ -6,7 +6,7 @@ import numpy as np
 from scipy import stats
 
 from calo.config import Split
-from calo.correction import Corrector, store_rows
+from calo.correction import Corrector, store_devices, store_rows
 from calo.dataset import GraphSet, split_of
 from calo.models import calibration as cal
 from calo.models.calibration import confidence_levels, regression_ece, student_t_nll
@@ -22,7 +22,8 @@ def predictive(model: EvidentialSAGE, graphs: GraphSet, tau: float = 1.0,
     y = graphs.labels().double().numpy()
     mu = d.gamma.numpy()
     if correction is not None and correction.moves_mean:
-        mu = correction.adjust(mu, store_rows(graphs.graphs), graphs.workload)
+        mu = correction.adjust(mu, store_rows(graphs.graphs), graphs.workload,
+                               _devices(graphs, correction))
     return y, mu, d.t_scale.numpy(), d.df.numpy()
 
 
@@ -32,7 +33,13 @@ def ranking_scores(mu: np.ndarray, graphs: GraphSet, correction: Corrector | Non
     blended with the throughput trees where the correction is theirs."""
     if correction is None or correction.moves_mean:
         return mu
-    return correction.adjust(mu, store_rows(graphs.graphs), graphs.workload)
+    return correction.adjust(mu, store_rows(graphs.graphs), graphs.workload,
+                             _devices(graphs, correction))
+
+
+def _devices(graphs: GraphSet, correction: Corrector) -> np.ndarray | None:
+    """The graphs' devices, where the correction's trees read them."""
+    return store_devices(graphs.graphs) if correction.device_columns else None
 
 
 def mean_ranking(y: np.ndarray, mu: np.ndarray, groups: list[str]) -> dict:

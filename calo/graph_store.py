@@ -5,7 +5,8 @@ and batch size, not the dataset.
                              many graphs each holds, the index file, and which records the
                              graphs cover (a count of record lines and a hash of those lines,
                              so a top-up extracts only the records appended since)
-  <dir>/index-<gen>.pt       per graph: log latency, spread, workload, record index (small)
+  <dir>/index-<gen>.pt       per graph: log latency, spread, workload, record index, and the
+                             device its store rows were extracted for (small)
   <dir>/shard-<k>.pt         its graphs' x, edge_index, edge_type (and store rows), each
                              concatenated over the graphs with the offsets where each starts:
                              a shard loads as a few large tensors, not thousands of small ones
@@ -18,6 +19,7 @@ reader takes the manifest's count of it, so a crash between the two leaves a rea
 from __future__ import annotations
 
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,9 +32,11 @@ from calo.errors import CaloError
 
 MANIFEST = "manifest.json"
 # Raised whenever what a graph holds changes (3: schedule graphs gained loop footprints, 4:
-# their loops read against the device, 5: store rows' tied buffers in one order), so a store
-# of older graphs is rebuilt, not read with columns a model does not expect.
-FORMAT = 5
+# their loops read against the device, 5: store rows' tied buffers in one order, 6: the
+# device beside the store rows), so a store of older graphs is rebuilt, not read with columns
+# a model does not expect.
+FORMAT = 6
+NO_DEVICE = (math.nan, math.nan)  # a graph without store rows keeps no device
 Array = torch.Tensor | np.ndarray
 SHARD_CACHE = 2  # shards a reader keeps loaded: the one it reads and the one before
 
@@ -61,7 +65,7 @@ class GraphStore:
                             f"version reads {FORMAT}: re-run `calo extract`")
         self.manifest = manifest
         index = torch.load(root / manifest["index"], weights_only=True)
-        self.y, self.spread = index["y"], index["spread"]
+        self.y, self.spread, self.device = index["y"], index["spread"], index["device"]
         self.workload, self.record = list(index["workload"]), list(index["record"])
         counts = [s["graphs"] for s in manifest["shards"]]
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -103,7 +107,7 @@ class GraphStore:
         data = Data(x=part["x"], edge_index=part["edge_index"], edge_type=part["edge_type"],
                     y=self.y[i].reshape(1), spread=self.spread[i].reshape(1))
         if "stores" in part:
-            data.store_rows = part["stores"]
+            data.store_rows, data.store_device = part["stores"], self.device[i].reshape(1, 2)
         return data
 
 
@@ -157,6 +161,12 @@ class ShardedGraphs(Sequence):
         """Every graph's label spread (NaN: unknown), without loading a shard."""
         return self.store.spread[torch.from_numpy(self.indices)]
 
+    @property
+    def device(self) -> torch.Tensor:
+        """[graphs, 2]: the device each graph's store rows were extracted for (cores, vector
+        bytes; NaN: no store rows), without loading a shard."""
+        return self.store.device[torch.from_numpy(self.indices)]
+
     def window_positions(self, size: int, generator: torch.Generator | None = None
                          ) -> Iterator[np.ndarray]:
         """Positions of at most about `size` graphs at a time (whole shards; one shard may
@@ -195,6 +205,7 @@ class StoreWriter:
         self.root, self.kind, self.stores, self.shard_size = root, kind, stores, shard_size
         self.shards: list[dict] = []
         self.y, self.spread, self.workload, self.record = [], [], [], []
+        self.device: list = []
         self.generation = 0
         self.committed: tuple[int, int] | None = None  # (graphs, records) on disk now
         self.pending: dict[str, list] = {"x": [], "edge_index": [], "edge_type": [],
@@ -209,6 +220,7 @@ class StoreWriter:
         partial, is reopened so new graphs fill it."""
         self.shards = list(store.manifest["shards"])
         self.y, self.spread = store.y.tolist(), store.spread.tolist()
+        self.device = store.device.tolist()
         self.workload, self.record = list(store.workload), list(store.record)
         self.generation = store.manifest["generation"]
         self.committed = (len(store), store.manifest["records"])
@@ -219,12 +231,16 @@ class StoreWriter:
                 self.pending[key] = [_piece(shard, key, j) for j in range(last["graphs"])]
 
     def add(self, x: Array, edge_index: Array, edge_type: Array, stores: Array | None,
-            log_latency: float, spread: float, workload: str, record: int) -> None:
-        """One graph: its arrays (torch tensors or numpy arrays) and its label."""
+            device: Sequence[float] | Array | None, log_latency: float, spread: float,
+            workload: str, record: int) -> None:
+        """One graph: its arrays (torch tensors or numpy arrays), the device (cores, vector
+        bytes) its store rows were extracted for, and its label."""
         for key, value in (("x", x), ("edge_index", edge_index), ("edge_type", edge_type)):
             self.pending[key].append(torch.as_tensor(value))
         if self.stores:
             self.pending["stores"].append(torch.as_tensor(stores))
+        self.device.append(NO_DEVICE if device is None
+                           else [float(v) for v in torch.as_tensor(device).reshape(2)])
         self.y.append(log_latency)
         self.spread.append(spread)
         self.workload.append(workload)
@@ -251,6 +267,7 @@ class StoreWriter:
         index = f"index-{self.generation:06d}.pt"
         _save({"y": torch.tensor(self.y, dtype=torch.float32),
                "spread": torch.tensor(self.spread, dtype=torch.float32),
+               "device": torch.tensor(self.device, dtype=torch.float32).reshape(-1, 2),
                "workload": self.workload, "record": self.record}, self.root / index)
         manifest = {"format": FORMAT, "kind": self.kind, "stores": self.stores,
                     "shard_size": self.shard_size, "generation": self.generation,

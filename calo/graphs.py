@@ -49,7 +49,7 @@ def of_record(kind: str, record, stores: bool = False) -> ScheduleGraph:
 def of_candidates(kind: str, mod, target, candidates: list, stores: bool = False
                   ) -> list[ScheduleGraph]:
     """Graphs of MeasureCandidates of one workload (mod) on target, with TVM's per-store
-    features if `stores` (extracted in one call for all of them)."""
+    features and the target's Device if `stores` (extracted in one call for all of them)."""
     device = target if kind in DEVICE_KINDS else None
     funcs = [c.sch.mod["main"] for c in candidates]
     module = _module(kind)
@@ -57,7 +57,7 @@ def of_candidates(kind: str, mod, target, candidates: list, stores: bool = False
               else [module.extract_graph(func, device) for func in funcs])
     if stores:
         for graph, rows in zip(graphs, store_features.of_candidates(mod, target, candidates)):
-            graph.stores = rows
+            graph.stores, graph.device = rows, schedule_graph.device_of(target)
     return graphs
 
 

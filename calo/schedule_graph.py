@@ -106,8 +106,10 @@ class ScheduleGraph:
     x: np.ndarray            # [num_nodes, NUM_FEATURES] float32
     edge_index: np.ndarray   # [2, num_edges] int64
     edge_type: np.ndarray    # [num_edges] int64
-    # TVM's per-store feature rows (calo.store_features), when the model reads them
+    # TVM's per-store feature rows (calo.store_features), when the model reads them, and the
+    # Device of the target they were extracted for (the trees read it beside them)
     stores: np.ndarray | None = None
+    device: Device | None = None
 
 
 @dataclass

@@ -161,6 +161,7 @@ def graphs_of_lines(store: str, kind: str, stores: bool, chunk: list[tuple[int, 
         spread = rec.spread
         # numpy, not torch: a tensor crossing a process pool goes through shared memory, one
         # file per tensor, slower than the extraction itself
-        rows.append((g.x, g.edge_index, g.edge_type, g.stores, math.log(rec.latency),
+        rows.append((g.x, g.edge_index, g.edge_type, g.stores,
+                     None if g.device is None else tuple(g.device), math.log(rec.latency),
                      math.nan if spread is None else spread, rec.workload_name, rec.index))
     return rows

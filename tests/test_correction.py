@@ -7,7 +7,15 @@ import torch
 
 from calo import paths
 from calo.artifact import CONFIG, CORRECTION, DONOR_ROWS, TrainedModel
-from calo.correction import Corrector, donor_trees, member_keys, summarize, tree_rows
+from calo.correction import (
+    Corrector,
+    donor_trees,
+    member_keys,
+    store_devices,
+    store_rows,
+    summarize,
+    tree_rows,
+)
 from calo.costmodel import CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
@@ -48,9 +56,9 @@ def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
     assert np.mean((y - shifted) ** 2) < 0.9 * np.mean((y - plain) ** 2)
     loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
     blob = json.loads((tmp_path / "model" / CONFIG).read_text())
-    assert blob["correction"] == {"blend": 0.0, "best": {}, "general": False,
-                                  "members": member_keys(settings.finetune.correction,
-                                                         ["summary"])}
+    assert blob["correction"] == {
+        "blend": 0.0, "best": {}, "general": False, "device_columns": False,
+        "members": member_keys(settings.finetune.correction, ["summary"])}
     assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
     # Models saved before the throughput blend held one fit and said only that they had a
     # correction.
@@ -293,7 +301,11 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
     drafts = search.featurize(context, cands, stores=True)
     with torch.no_grad():
         mean = search.model.to_log_latency(search.model(*collate(drafts))).gamma.double().numpy()
-    expected = donor.correction.adjust(mean, [g.stores for g in drafts], ["task"] * len(cands))
+    # the search's graphs carry its target's device, as the trees read it
+    devices = np.array([[g.device.cores, g.device.vector_bytes] for g in drafts])
+    assert np.array_equal(devices, np.repeat(store_devices(graphs.graphs)[:1], len(cands), 0))
+    expected = donor.correction.adjust(mean, [g.stores for g in drafts], ["task"] * len(cands),
+                                       devices)
     assert np.allclose(np.log(scores), expected.min() - expected)
     assert not np.allclose(expected, mean)
     assert donor_trees(params.override({"finetune.rule": [{**row, "donor_records": False}]}
@@ -311,3 +323,45 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
     assert not (tmp_path / "donor" / DONOR_ROWS).exists()
     with pytest.raises(CaloError, match="donor_records is for the throughput trees"):
         params.override({"finetune.rule": [{**row, "blend": 0.0}]})
+
+
+def test_the_donors_trees_keep_each_devices_order_apart(params, pretrained, tmp_path, monkeypatch):
+    # Trees that learn from the donor's records learn from several devices at once: each
+    # program's device sits beside its rows, so one device's order does not drown another's.
+    row = {**RULE[0], "correction": 30, "blend": 1.0, "donor_records": True}
+    settings = params.override({"finetune.rule": [row]})
+    _, adapted, graphs = adapted_with(params, tmp_path, monkeypatch,
+                                      [{**row, "donor_records": False}])
+    rows, throughput = tree_rows(graphs.graphs, graphs.workload)
+    here = store_devices(graphs.graphs)
+    assert here.shape == (len(graphs), 2) and (here[:, 0] >= 1).all()
+    assert np.array_equal(rows[:, -2:], here)
+    # Another device (twice the cores, wider vectors) that orders the same programs the other
+    # way, twenty of its records to each of this one's.
+    there = here * 2 + 16
+    other = np.concatenate([rows[:, :-2], there], 1)
+    trees = donor_trees(settings.finetune, (np.concatenate([rows, np.repeat(other, 20, 0)]),
+                                            np.concatenate([throughput,
+                                                            np.repeat(1 - throughput, 20)])))
+    assert trees.device_columns
+    y = graphs.labels().double().numpy()
+    plain = predictive(adapted.net, graphs)[1]
+    tau_here = mean_ranking(y, ranking_scores(plain, graphs, trees), graphs.workload)
+    tau_there = mean_ranking(y, trees.log_latency(store_rows(graphs.graphs), graphs.workload,
+                                                  there), graphs.workload)
+    assert tau_here["kendall_tau"] > 0 > tau_there["kendall_tau"]
+    with pytest.raises(ValueError, match="device beside its store rows"):
+        trees.predict(store_rows(graphs.graphs))
+    # A donor's records kept before they carried their devices are named, not misread.
+    with pytest.raises(CaloError, match="re-run `calo pretrain`"):
+        donor_trees(settings.finetune, (rows[:, :-2], throughput))
+    loaded = Corrector.load(_saved(trees, tmp_path), trees.describe())
+    assert loaded.device_columns
+    assert np.allclose(loaded.log_latency(store_rows(graphs.graphs), graphs.workload, there),
+                       trees.log_latency(store_rows(graphs.graphs), graphs.workload, there))
+
+
+def _saved(trees: Corrector, tmp_path) -> object:
+    path = tmp_path / "trees.json"
+    trees.save(path)
+    return path

@@ -6,6 +6,7 @@ from tvm import te
 from tvm.s_tir import Schedule
 
 from calo import graphs, paths
+from calo.correction import store_devices
 from calo.dataset import load_graphs, to_data
 from calo.errors import CaloError
 from calo.models.training import predict
@@ -17,6 +18,7 @@ from calo.schedule_graph import (
     FUSION,
     NEST,
     NUM_FEATURES,
+    device_of,
     extract_graph,
 )
 from calo.tasks.extract import extract
@@ -239,6 +241,10 @@ def test_per_store_features_run_extract_pretrain_save_and_search_prediction(
     rows = [g.store_rows for g in saved.graphs]
     assert all(r.shape[1] == store_features.NUM_FEATURES and len(r) >= 1 for r in rows)
     assert len({r.numpy().tobytes() for r in rows}) > len(rows) // 2  # schedules differ
+    # beside them, the device of each record's target, as the trees read it
+    device = device_of(next(iter_records(paths.records_dir(DONOR))).record.target)
+    assert store_devices(saved.graphs).tolist() == [[device.cores, device.vector_bytes]] * len(rows)
+    assert saved.graphs[0].store_device.tolist() == [[device.cores, device.vector_bytes]]
     trained, metrics = train_on_donor(with_stores, *donor_splits(with_stores))
     assert trained.reads_stores and np.isfinite(metrics["test_nll"])
     loaded = TrainedModel.load(trained.save(tmp_path / "model"))

@@ -564,7 +564,7 @@ def test_unknown_variant_is_refused():
 def test_fast_collation_matches_pyg_batching(stores):
     from calo.dataset import collate, to_data
     from calo.models.training import loader
-    from calo.schedule_graph import ScheduleGraph
+    from calo.schedule_graph import Device, ScheduleGraph
 
     rng = np.random.default_rng(0)
     graphs = []
@@ -573,7 +573,8 @@ def test_fast_collation_matches_pyg_batching(stores):
             x=rng.standard_normal((nodes, 6)).astype(np.float32),
             edge_index=rng.integers(0, nodes, (2, edges)).astype(np.int64),
             edge_type=rng.integers(0, 4, edges).astype(np.int64),
-            stores=rng.standard_normal((rows, stores)).astype(np.float32) if stores else None))
+            stores=rng.standard_normal((rows, stores)).astype(np.float32) if stores else None,
+            device=Device(2, 32) if stores else None))
     fast_batch = collate(graphs)
     x, edge_index, edge_type, batch, num_graphs, store_rows, store_batch = fast_batch
     ref = next(iter(loader([to_data(g) for g in graphs], batch_size=len(graphs))))

@@ -15,7 +15,7 @@ from offline_eval import (
 
 from calo import paths
 from calo.artifact import TrainedModel
-from calo.correction import store_rows
+from calo.correction import store_devices, store_rows
 from calo.dataset import load_graphs
 from tests.conftest import DONOR
 
@@ -179,6 +179,7 @@ def test_a_saved_donor_takes_the_rules_weight_for_its_own_trees(params, pretrain
         == donor.correction.blend
     # the same trees, only weighed otherwise
     graphs = load_graphs(paths.graphs_path(DONOR), "schedule")
-    rows = store_rows(graphs.graphs)
-    assert np.array_equal(copied.correction.predict(rows), donor.correction.predict(rows))
+    rows, devices = store_rows(graphs.graphs), store_devices(graphs.graphs)
+    assert np.array_equal(copied.correction.predict(rows, devices),
+                          donor.correction.predict(rows, devices))
     assert (tmp_path / "copy" / "donor.json").read_text() == "{}"
