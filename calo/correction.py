@@ -17,10 +17,11 @@ program summarized by the sum and the maximum of its store rows, in one of two w
   such trees of its records alone for workloads no warm-up has measured (`donor_trees`).
   The mean stays the network's (calo.evaluation.ranking_scores).
 
-Trees that learn from the donor's records learn from several devices' measurements at once;
-their rows also carry the device each program was measured on (its target's cores and vector
-bytes, calo.schedule_graph.device_of), so a split can keep one device's order apart from
-another's where the two differ (docs/ranking.md).
+The donor's own trees learn from several devices' measurements at once; their rows also
+carry the device each program was measured on (its target's cores and vector bytes,
+calo.schedule_graph.device_of), so a split can keep one device's order apart from another's
+where the two differ. Beside a warm-up the trees read the donor's rows without it: there the
+columns did not lead (docs/ranking.md, "The device beside the donor's tree rows, built").
 
 The throughput trees can be an ensemble of kinds (below), their predictions averaged.
 Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
@@ -175,19 +176,19 @@ class Corrector:
         # and order those too; trees of a warm-up alone leave them to the network.
         self.general = general
         # Whether the summary trees read each program's device beside its rows (summarize):
-        # those that learn from the donor's records do; models saved before they did, not.
+        # the donor's own trees do; models saved before they did, not.
         self.device_columns = device_columns
 
     @classmethod
     def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None,
             members: Sequence[str] = ("summary",), summary_rows: np.ndarray | None = None,
-            general: bool = False) -> Corrector:
+            general: bool = False, device_columns: bool = False) -> Corrector:
         """Boosted trees of each kind in `members` (once per seed: member_keys) fitted to
         `target` (residual log latency, or normalized throughput where `blend` > 0) from each
         program's store `rows` (`summary_rows`: the summary member's inputs where they are
-        given summarized; `general`: trees of the donor's records too, whose summarized rows
-        carry their devices)."""
+        given summarized; `general`: trees of the donor's records too; `device_columns`:
+        those rows carry their devices)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         target = np.asarray(target, np.float32)
@@ -207,7 +208,7 @@ class Corrector:
             else:
                 tvm_params, patience = _tvm_settings(settings.threads)
                 fitted[key] = _fit_packed(tvm_params, *stacked, target, None, patience)
-        return cls(fitted, blend, best, general, device_columns=general)
+        return cls(fitted, blend, best, general, device_columns)
 
     def predict(self, rows: Sequence, devices: np.ndarray | None = None) -> np.ndarray:
         """The members' mean prediction for programs of these store rows, measured on these
@@ -345,9 +346,11 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
         return Corrector.fit(settings, rounds, rows, throughput, seed, blend, best,
                              settings.members)
     # The donor keeps its records summarized: only the summary member can learn from them.
-    own = summarize(rows, store_devices(graphs))
+    # Beside a warm-up the trees read them without their devices: the columns led the donor's
+    # trees zero-shot, not these at 8 records (docs/ranking.md).
+    donor_rows = _summarized(donor)[:, :summary_width(devices=False)]
     return Corrector.fit(settings, rounds, rows, np.concatenate([donor[1], throughput]), seed,
-                         blend, best, summary_rows=np.concatenate([_summarized(donor), own]),
+                         blend, best, summary_rows=np.concatenate([donor_rows, summarize(rows)]),
                          general=True)
 
 
@@ -360,7 +363,7 @@ def donor_trees(finetune: cfg.Finetune, donor: TreeRows, seed: int = 0) -> Corre
     if not step.donor_records:
         return None
     return Corrector.fit(finetune.correction, step.correction, [], donor[1], seed, step.blend,
-                         summary_rows=_summarized(donor), general=True)
+                         summary_rows=_summarized(donor), general=True, device_columns=True)
 
 
 def _summarized(donor: TreeRows) -> np.ndarray:

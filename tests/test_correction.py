@@ -282,6 +282,8 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
     donor.donor_rows = np.repeat(rows, 20, 0), np.repeat(1 - throughput, 20)
     tuned = copy.deepcopy(donor)
     adapt(tuned, settings.finetune, settings.train, graphs, graphs, set())
+    # beside a warm-up the trees read the donor's rows without their devices
+    assert tuned.correction.general and not tuned.correction.device_columns
     y, plain, _, _ = predictive(donor.net, graphs)
     tau = {name: mean_ranking(y, ranking_scores(plain, graphs, model.correction),
                               graphs.workload)["kendall_tau"]
