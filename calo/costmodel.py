@@ -122,6 +122,11 @@ class CaloCostModel(PyCostModel):
         ok = [(cand, s) for cand, s in zip(candidates, secs) if s is not None]
         graphs = self.featurize(context, [cand for cand, _ in ok], self.learns_stores)
         self.measured += [to_data(g, math.log(secs)) for g, (_, secs) in zip(graphs, ok)]
+        # A state saved before graphs kept their device holds this search's records without
+        # it; one batch must not mix graphs with and without it.
+        for g in self.measured:
+            if "store_rows" in g and "store_device" not in g:
+                g.store_device = device_row(device_of(context.target))
         self.tasks += [str(context.task_name)] * len(ok)
         self.round += 1
         self.reference.clear()  # kappa and (below) the weights change: a new scale

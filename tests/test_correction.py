@@ -16,7 +16,7 @@ from calo.correction import (
     summarize,
     tree_rows,
 )
-from calo.costmodel import CaloCostModel
+from calo.costmodel import ONLINE_STATE, CaloCostModel
 from calo.dataset import collate, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import mean_ranking, predictive, ranking_scores
@@ -367,3 +367,26 @@ def _saved(trees: Corrector, tmp_path) -> object:
     path = tmp_path / "trees.json"
     trees.save(path)
     return path
+
+
+
+def test_a_search_state_saved_before_graphs_kept_their_device_goes_on(corrected, tmp_path):
+    settings, adapted, _ = corrected
+    context, cands, results, _ = search_batch(TARGET, 8)
+    model = CaloCostModel.from_settings(adapted, settings, constant_kappa=0.0, trees=True)
+    model.update(context, cands[:4], results[:4])
+    model.save(str(tmp_path / "saved"))
+    state = torch.load(tmp_path / "saved" / ONLINE_STATE, weights_only=True)
+    assert all("store_device" in g for g in state["measured"])
+    for g in state["measured"]:
+        del g["store_device"]
+    torch.save(state, tmp_path / "saved" / ONLINE_STATE)
+    older = CaloCostModel.from_settings(copy.deepcopy(adapted), settings, constant_kappa=0.0,
+                                        trees=True)
+    older.load(str(tmp_path / "saved"))
+    older.update(context, cands[4:], results[4:])   # batches the older records with new ones
+    assert len(older.measured) == len(cands) and older.round == 2
+    # the older records were this search's: its target's device
+    assert np.array_equal(store_devices(older.measured),
+                          np.repeat(store_devices(model.measured)[:1], len(cands), 0))
+    assert np.isfinite(older.predict(context, cands)).all()
