@@ -169,15 +169,20 @@ def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_o
     (calo.correction.donor_trees) added. One whose trees the rule now weighs otherwise is
     copied with the rule's weight: the weight enters only the blend, not the trees' fit, so the
     copy is what pretrain would save now; one whose trees were fitted with other seeds
-    (finetune.correction.seeds) gets them fitted again."""
+    (finetune.correction.seeds) or read their rows otherwise (finetune.correction.relative)
+    gets them fitted again."""
     trained = TrainedModel.load(model_dir)
-    # rows kept before they carried each program's device are derived again
+    relative = settings.finetune.correction.relative
+    # rows kept before they carried each program's device (or, where the trees read them
+    # against their workload's, its workload) are derived again
     had_rows = (trained.donor_rows is not None
-                and trained.donor_rows[0].shape[1] == summary_width(devices=True))
+                and trained.donor_rows[0].shape[1] == summary_width(devices=True)
+                and (trained.donor_rows[2] is not None or relative == "none"))
     step = settings.finetune.step_for(0)
     fits = member_keys(settings.finetune.correction, ("summary",))
     if had_rows and trained.correction is not None and (
-            not step.donor_records or list(trained.correction.members) == fits):
+            not step.donor_records or (list(trained.correction.members) == fits
+                                       and trained.correction.relative == relative)):
         weight = step.blend
         if not step.donor_records or trained.correction.blend == weight:
             return model_dir

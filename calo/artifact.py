@@ -150,8 +150,9 @@ class TrainedModel:
             (path / DONOR_ROWS).unlink(missing_ok=True)
         else:
             with open(path / f".{DONOR_ROWS}.tmp", "wb") as tmp_file:
+                groups = {} if self.donor_rows[2] is None else {"workload": self.donor_rows[2]}
                 np.savez_compressed(tmp_file, rows=self.donor_rows[0],
-                                    throughput=self.donor_rows[1])
+                                    throughput=self.donor_rows[1], **groups)
             (path / f".{DONOR_ROWS}.tmp").replace(path / DONOR_ROWS)
         return path
 
@@ -200,10 +201,12 @@ class TrainedModel:
         donor_rows = None
         if blob.get("donor_rows"):
             try:
-                with np.load(path / DONOR_ROWS) as saved:
-                    donor_rows = saved["rows"], saved["throughput"]
+                with np.load(path / DONOR_ROWS) as saved:  # older rows: no workloads
+                    donor_rows = (saved["rows"], saved["throughput"],
+                                  saved["workload"] if "workload" in saved else None)
                 if len(donor_rows[0]) != blob["donor_rows"] or len(donor_rows[1]) != len(
-                        donor_rows[0]):
+                        donor_rows[0]) or (donor_rows[2] is not None
+                                           and len(donor_rows[2]) != len(donor_rows[0])):
                     raise ValueError(f"{len(donor_rows[0])} rows, {blob['donor_rows']} expected")
             except Exception as err:  # missing, truncated, or another model's
                 raise CaloError(f"{path / DONOR_ROWS} does not hold this model's donor records: "

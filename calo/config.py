@@ -175,6 +175,9 @@ class Correction:
     # Fits of each kind that samples (subsample < 1: summary, packed) with this many seeds,
     # averaged with the rest; TVM's kind samples nothing and is fitted once
     seeds: int = 1
+    # How the donor's own trees read the store columns: as they are, or against the
+    # candidates of their workload (calo.correction.relative_columns)
+    relative: Literal["none", "median", "rank"] = "none"
 
 
 @dataclass(frozen=True)

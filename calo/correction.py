@@ -22,6 +22,10 @@ carry the device each program was measured on (its target's cores and vector byt
 calo.schedule_graph.device_of), so a split can keep one device's order apart from another's
 where the two differ. Beside a warm-up the trees read the donor's rows without it: there the
 columns did not lead (docs/ranking.md, "The device beside the donor's tree rows, built").
+The donor's own trees can also read each program's summarized columns against its workload's
+(`finetune.correction.relative`: less the workload's median, or as a percentile among its
+candidates): a shape the donor never measured moves every absolute column, and a split learned
+on the donor's shapes then falls on one side for all of a new workload's candidates.
 
 The throughput trees can be an ensemble of kinds (below), their predictions averaged.
 Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
@@ -64,6 +68,29 @@ def summarize(rows: Sequence, devices: np.ndarray | None = None) -> np.ndarray:
     if devices is None:
         return out
     return np.concatenate([out, np.asarray(devices, np.float32).reshape(len(rows), 2)], 1)
+
+
+def relative_columns(summary: np.ndarray, workloads: Sequence, how: str,
+                     reference: dict | None = None) -> np.ndarray:
+    """Summarized rows (summarize) with each store column read against the candidates of
+    its program's workload: `how` "median", less their median; "rank", its percentile among
+    them (ties at their middle). The device columns stay as they are. The candidates are
+    `reference[workload]` (summarized rows) where given, else the workload's rows here."""
+    width = summary_width(devices=False)
+    out = np.array(summary, np.float32, copy=True)
+    workloads = np.asarray(workloads)
+    for workload in np.unique(workloads):
+        mine = workloads == workload
+        base = np.asarray((reference or {}).get(workload, summary[mine]))[:, :width]
+        if how == "median":
+            out[mine, :width] -= np.median(base, 0)
+            continue
+        ordered = np.sort(base, 0)
+        for j in range(width):
+            below = np.searchsorted(ordered[:, j], summary[mine, j], "left")
+            upto = np.searchsorted(ordered[:, j], summary[mine, j], "right")
+            out[mine, j] = (below + upto) / (2.0 * len(ordered))
+    return out
 
 
 def store_devices(graphs: Sequence[Data]) -> np.ndarray:
@@ -168,7 +195,7 @@ def _tvm_settings(threads: int) -> tuple[dict, int]:
 class Corrector:
     def __init__(self, members: dict[str, xgboost.Booster], blend: float = 0.0,
                  best: dict[str, float] | None = None, general: bool = False,
-                 device_columns: bool = False):
+                 device_columns: bool = False, relative: str = "none"):
         self.members = members          # kind (finetune.correction.members, #seed) -> its trees
         self.blend = blend              # 0: residual trees; else the throughput trees' weight
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
@@ -178,17 +205,22 @@ class Corrector:
         # Whether the summary trees read each program's device beside its rows (summarize):
         # the donor's own trees do; models saved before they did, not.
         self.device_columns = device_columns
+        # How the summary trees read the store columns: as they are ("none"), or against their
+        # workload's candidates (relative_columns); models saved before: "none".
+        self.relative = relative
 
     @classmethod
     def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None,
             members: Sequence[str] = ("summary",), summary_rows: np.ndarray | None = None,
-            general: bool = False, device_columns: bool = False) -> Corrector:
+            general: bool = False, device_columns: bool = False, relative: str = "none"
+            ) -> Corrector:
         """Boosted trees of each kind in `members` (once per seed: member_keys) fitted to
         `target` (residual log latency, or normalized throughput where `blend` > 0) from each
         program's store `rows` (`summary_rows`: the summary member's inputs where they are
         given summarized; `general`: trees of the donor's records too; `device_columns`:
-        those rows carry their devices)."""
+        those rows carry their devices; `relative`: they are read against their workloads'
+        candidates, as relative_columns gives them)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
         target = np.asarray(target, np.float32)
@@ -208,21 +240,36 @@ class Corrector:
             else:
                 tvm_params, patience = _tvm_settings(settings.threads)
                 fitted[key] = _fit_packed(tvm_params, *stacked, target, None, patience)
-        return cls(fitted, blend, best, general, device_columns)
+        return cls(fitted, blend, best, general, device_columns, relative)
 
-    def predict(self, rows: Sequence, devices: np.ndarray | None = None) -> np.ndarray:
+    def summary_of(self, rows: Sequence, devices: np.ndarray | None = None) -> np.ndarray:
+        """Programs' summarized rows as these trees read them, before relative_columns: with
+        their `devices` (store_devices) where the trees read those."""
+        if self.device_columns and devices is None:
+            raise ValueError("these trees read each program's device beside its store rows")
+        return summarize(rows, devices if self.device_columns else None)
+
+    def predict(self, rows: Sequence, devices: np.ndarray | None = None,
+                workloads: Sequence[str] | None = None, reference: dict | None = None
+                ) -> np.ndarray:
         """The members' mean prediction for programs of these store rows, measured on these
-        `devices` (store_devices; the trees that read them need them)."""
+        `devices` (store_devices; the trees that read them need them), of these `workloads`
+        (the trees that read rows against their workload's candidates need them: those given
+        here, or `reference`'s, summary_of rows per workload)."""
         import xgboost
 
         out = np.zeros(len(rows))
         if not len(rows):
             return out
-        if self.device_columns and devices is None:
-            raise ValueError("these trees read each program's device beside its store rows")
         kinds = {key: key.partition(SEED_MARK)[0] for key in self.members}
-        summary = (xgboost.DMatrix(summarize(rows, devices if self.device_columns else None))
-                   if "summary" in kinds.values() else None)
+        summary = None
+        if "summary" in kinds.values():
+            summary = self.summary_of(rows, devices)
+            if self.relative != "none":
+                if workloads is None:
+                    raise ValueError("these trees read rows against their workload's candidates")
+                summary = relative_columns(summary, workloads, self.relative, reference)
+            summary = xgboost.DMatrix(summary)
         if set(kinds.values()) - {"summary"}:
             x, owner = _packed(rows)
             stacked = xgboost.DMatrix(x)
@@ -235,26 +282,29 @@ class Corrector:
         return out / len(self.members)
 
     def adjust(self, mu: np.ndarray, rows: Sequence, workloads: Sequence[str],
-               devices: np.ndarray | None = None) -> np.ndarray:
+               devices: np.ndarray | None = None, reference: dict | None = None
+               ) -> np.ndarray:
         """For programs whose network means are `mu`: the corrected means (residual trees),
         or the blended log latencies that order them (throughput trees)."""
         mu = np.asarray(mu, np.float64)
         if not len(rows):
             return mu
         if not self.blend:
-            return mu + self.predict(rows, devices)
-        trees = self.log_latency(rows, workloads, devices)
+            return mu + self.predict(rows, devices, workloads, reference)
+        trees = self.log_latency(rows, workloads, devices, reference)
         ordered = np.array([self.orders(w) for w in workloads])
         return np.where(ordered, (1 - self.blend) * mu + self.blend * trees, mu)
 
     def log_latency(self, rows: Sequence, workloads: Sequence[str],
-                    devices: np.ndarray | None = None) -> np.ndarray:
+                    devices: np.ndarray | None = None, reference: dict | None = None
+                    ) -> np.ndarray:
         """Throughput trees' log latency of each program: its workload's best measured log
         latency less the log of the predicted normalized throughput."""
         # A workload of no measurement has no best to anchor the trees' log latency; any
         # constant orders its candidates alike.
         best = np.array([self.best.get(w, 0.0) for w in workloads])
-        return best - np.log(np.maximum(self.predict(rows, devices), MIN_THROUGHPUT))
+        return best - np.log(np.maximum(self.predict(rows, devices, workloads, reference),
+                                        MIN_THROUGHPUT))
 
     def orders(self, workload: str) -> bool:
         """Whether it moves this workload's candidates: residual trees move every one;
@@ -272,7 +322,8 @@ class Corrector:
     def describe(self) -> dict:
         """What model.json keeps of it beside the trees' own file."""
         return {"blend": self.blend, "best": self.best, "members": list(self.members),
-                "general": self.general, "device_columns": self.device_columns}
+                "general": self.general, "device_columns": self.device_columns,
+                "relative": self.relative}
 
     def save(self, path: Path) -> None:
         """One member: XGBoost's own JSON model; several: {kind: that model}."""
@@ -304,7 +355,8 @@ class Corrector:
         return cls(members, float(described["blend"]),
                    {str(k): float(v) for k, v in described["best"].items()},
                    bool(described.get("general", False)),
-                   bool(described.get("device_columns", False)))
+                   bool(described.get("device_columns", False)),
+                   str(described.get("relative", "none")))
 
 
 def store_rows(graphs: Sequence[Data]) -> list:
@@ -318,9 +370,10 @@ def store_rows(graphs: Sequence[Data]) -> list:
 
 
 # The donor's records as the throughput trees read them: each program's summarized store rows
-# with its device, and its throughput relative to its workload's best. Kept at full precision:
-# rounded, a donor's row would sit on the other side of a split from an equal row of the device.
-TreeRows = tuple[np.ndarray, np.ndarray]
+# with its device, its throughput relative to its workload's best, and its workload (an index;
+# None in rows kept before they had it). Kept at full precision: rounded, a donor's row would
+# sit on the other side of a split from an equal row of the device.
+TreeRows = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
 def summary_width(devices: bool) -> int:
@@ -362,8 +415,17 @@ def donor_trees(finetune: cfg.Finetune, donor: TreeRows, seed: int = 0) -> Corre
     step = finetune.step_for(0)
     if not step.donor_records:
         return None
+    relative = finetune.correction.relative
+    rows = _summarized(donor)
+    if relative != "none":
+        if donor[2] is None:
+            raise CaloError("the donor's trees read each record against its workload's, and "
+                            "the donor's records were kept without their workloads: re-run "
+                            "`calo pretrain` with this version")
+        rows = relative_columns(rows, donor[2], relative)
     return Corrector.fit(finetune.correction, step.correction, [], donor[1], seed, step.blend,
-                         summary_rows=_summarized(donor), general=True, device_columns=True)
+                         summary_rows=rows, general=True, device_columns=True,
+                         relative=relative)
 
 
 def _summarized(donor: TreeRows) -> np.ndarray:
@@ -387,5 +449,7 @@ def normalized_throughput(y: np.ndarray, workloads: Sequence[str]
 def tree_rows(graphs: Sequence[Data], workloads: Sequence[str]) -> TreeRows:
     """The donor's measured graphs (with store rows) as the throughput trees learn from them."""
     y = torch.cat([g.y for g in graphs]).double().numpy()
+    index = {w: i for i, w in enumerate(dict.fromkeys(workloads))}
     return (summarize(store_rows(graphs), store_devices(graphs)),
-            normalized_throughput(y, workloads)[1].astype(np.float32))
+            normalized_throughput(y, workloads)[1].astype(np.float32),
+            np.array([index[w] for w in workloads], np.int32))

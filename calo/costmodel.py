@@ -75,6 +75,10 @@ class CaloCostModel(PyCostModel):
         self.anchor = Anchor(self.model)  # the weights tuning started from
         # Best bound of each task's first scoring since the last update, by task name.
         self.reference: dict[str, float] = {}
+        # Per task, the summarized rows of the candidates it first scored with trees that read
+        # rows against their workload's (Corrector.relative): every later generation is read
+        # against the same ones, so a candidate scores alike in each.
+        self.tree_reference: dict[str, np.ndarray] = {}
 
     @classmethod
     def from_settings(cls, trained: TrainedModel, settings: cfg.Settings,
@@ -101,7 +105,10 @@ class CaloCostModel(PyCostModel):
         measured, so a loaded model scores and updates exactly as this one would."""
         self.trained.save(Path(path))
         torch.save({"round": self.round, "measured": [g.to_dict() for g in self.measured],
-                    "tasks": self.tasks}, Path(path) / ONLINE_STATE)
+                    "tasks": self.tasks,
+                    "tree_reference": {task: torch.from_numpy(rows)
+                                       for task, rows in self.tree_reference.items()}},
+                   Path(path) / ONLINE_STATE)
 
     def load(self, path: str) -> None:
         loaded = TrainedModel.load(Path(path))
@@ -115,6 +122,8 @@ class CaloCostModel(PyCostModel):
             self.round = state["round"]
             self.measured = [Data(**fields) for fields in state["measured"]]
             self.tasks = state.get("tasks", [""] * len(self.measured))  # older states: one task
+            self.tree_reference = {task: rows.numpy()
+                                   for task, rows in state.get("tree_reference", {}).items()}
 
     def update(self, context, candidates, results) -> None:
         """Learn from the round's measurements with a bounded number of gradient steps."""
@@ -252,9 +261,14 @@ class CaloCostModel(PyCostModel):
                or not 0 < k < len(candidates) else np.argsort(bound, kind="stable")[:k])
         rows = ([graphs[i].stores for i in top] if graphs[0].stores is not None else
                 self.store_rows(context, [candidates[i] for i in top]))
-        drafts = self.trained.correction.adjust(
-            mean[top], rows, [str(context.task_name)] * len(top),
-            device_row(device_of(context.target)).numpy().repeat(len(top), 0)) - mean[top]
+        correction, task = self.trained.correction, str(context.task_name)
+        devices = device_row(device_of(context.target)).numpy().repeat(len(top), 0)
+        reference = None
+        if correction.relative != "none":
+            reference = {task: self.tree_reference.setdefault(
+                task, correction.summary_of(rows, devices))}
+        drafts = correction.adjust(mean[top], rows, [task] * len(top), devices,
+                                   reference) - mean[top]
         out = bound + drafts.max()
         out[top] = bound[top] + drafts
         return out

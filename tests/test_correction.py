@@ -11,9 +11,11 @@ from calo.correction import (
     Corrector,
     donor_trees,
     member_keys,
+    relative_columns,
     store_devices,
     store_rows,
     summarize,
+    summary_width,
     tree_rows,
 )
 from calo.costmodel import ONLINE_STATE, CaloCostModel
@@ -57,7 +59,7 @@ def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
     loaded = TrainedModel.load(adapted.save(tmp_path / "model"))
     blob = json.loads((tmp_path / "model" / CONFIG).read_text())
     assert blob["correction"] == {
-        "blend": 0.0, "best": {}, "general": False, "device_columns": False,
+        "blend": 0.0, "best": {}, "general": False, "device_columns": False, "relative": "none",
         "members": member_keys(settings.finetune.correction, ["summary"])}
     assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
     # Models saved before the throughput blend held one fit and said only that they had a
@@ -275,11 +277,15 @@ def test_trees_that_learn_from_the_donors_records_too(params, pretrained, tmp_pa
     _, own, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
     with pytest.raises(CaloError, match="re-run `calo pretrain`"):
         adapt(copy.deepcopy(donor), settings.finetune, settings.train, graphs, graphs, set())
-    rows, throughput = tree_rows(graphs.graphs, graphs.workload)
+    rows, throughput, workload = tree_rows(graphs.graphs, graphs.workload)
     assert rows.dtype == np.float32 and len(rows) == len(graphs) and throughput.max() == 1.0
+    # each record's workload, an index in the order they first appear
+    names = list(dict.fromkeys(graphs.workload))
+    assert [names[i] for i in workload] == list(graphs.workload)
     # A donor whose records order these programs the other way, twenty of them to each of
     # the device's: trees that learn from both order as the donor does.
-    donor.donor_rows = np.repeat(rows, 20, 0), np.repeat(1 - throughput, 20)
+    donor.donor_rows = (np.repeat(rows, 20, 0), np.repeat(1 - throughput, 20),
+                        np.repeat(workload, 20))
     tuned = copy.deepcopy(donor)
     adapt(tuned, settings.finetune, settings.train, graphs, graphs, set())
     # beside a warm-up the trees read the donor's rows without their devices
@@ -334,7 +340,7 @@ def test_the_donors_trees_keep_each_devices_order_apart(params, pretrained, tmp_
     settings = params.override({"finetune.rule": [row]})
     _, adapted, graphs = adapted_with(params, tmp_path, monkeypatch,
                                       [{**row, "donor_records": False}])
-    rows, throughput = tree_rows(graphs.graphs, graphs.workload)
+    rows, throughput, workload = tree_rows(graphs.graphs, graphs.workload)
     here = store_devices(graphs.graphs)
     assert here.shape == (len(graphs), 2) and (here[:, 0] >= 1).all()
     assert np.array_equal(rows[:, -2:], here)
@@ -344,7 +350,9 @@ def test_the_donors_trees_keep_each_devices_order_apart(params, pretrained, tmp_
     other = np.concatenate([rows[:, :-2], there], 1)
     trees = donor_trees(settings.finetune, (np.concatenate([rows, np.repeat(other, 20, 0)]),
                                             np.concatenate([throughput,
-                                                            np.repeat(1 - throughput, 20)])))
+                                                            np.repeat(1 - throughput, 20)]),
+                                            np.concatenate([workload, np.repeat(
+                                                workload + workload.max() + 1, 20)])))
     assert trees.device_columns
     y = graphs.labels().double().numpy()
     plain = predictive(adapted.net, graphs)[1]
@@ -356,7 +364,7 @@ def test_the_donors_trees_keep_each_devices_order_apart(params, pretrained, tmp_
         trees.predict(store_rows(graphs.graphs))
     # A donor's records kept before they carried their devices are named, not misread.
     with pytest.raises(CaloError, match="re-run `calo pretrain`"):
-        donor_trees(settings.finetune, (rows[:, :-2], throughput))
+        donor_trees(settings.finetune, (rows[:, :-2], throughput, workload))
     loaded = Corrector.load(_saved(trees, tmp_path), trees.describe())
     assert loaded.device_columns
     assert np.allclose(loaded.log_latency(store_rows(graphs.graphs), graphs.workload, there),
@@ -367,7 +375,6 @@ def _saved(trees: Corrector, tmp_path) -> object:
     path = tmp_path / "trees.json"
     trees.save(path)
     return path
-
 
 
 def test_a_search_state_saved_before_graphs_kept_their_device_goes_on(corrected, tmp_path):
@@ -390,3 +397,75 @@ def test_a_search_state_saved_before_graphs_kept_their_device_goes_on(corrected,
     assert np.array_equal(store_devices(older.measured),
                           np.repeat(store_devices(model.measured)[:1], len(cands), 0))
     assert np.isfinite(older.predict(context, cands)).all()
+
+
+def test_relative_columns_read_each_row_against_its_workloads_candidates():
+    from scipy.stats import rankdata
+
+    width = summary_width(devices=False)
+    rows = np.random.default_rng(0).integers(0, 4, (9, width + 2)).astype(np.float32)  # ties
+    workloads = ["a"] * 5 + ["b"] * 4
+    median = relative_columns(rows, workloads, "median")
+    ranked = relative_columns(rows, workloads, "rank")
+    for part in (slice(0, 5), slice(5, 9)):
+        own = rows[part, :width]
+        assert np.allclose(median[part, :width], own - np.median(own, 0))
+        assert np.allclose(ranked[part, :width], (rankdata(own, axis=0) - 0.5) / len(own))
+    for out in (median, ranked):   # the device's columns as they were
+        assert np.array_equal(out[:, width:], rows[:, width:])
+    # against given candidates: another set of the workload's
+    against = relative_columns(rows[:5], workloads[:5], "rank", {"a": rows[5:]})
+    below = (rows[5:, None, :width] < rows[None, :5, :width]).sum(0)
+    equal = (rows[5:, None, :width] == rows[None, :5, :width]).sum(0)
+    assert np.allclose(against[:, :width], (below + equal / 2) / 4)
+
+
+def test_the_donors_trees_can_read_rows_against_their_workloads(params, pretrained, tmp_path,
+                                                                  monkeypatch):
+    import xgboost
+
+    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
+    row = {**RULE[0], "correction": 30, "blend": 1.0, "donor_records": True}
+    _, _, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
+    rows, throughput, workload = tree_rows(graphs.graphs, graphs.workload)
+    fitted = {}
+    for how in ("none", "median", "rank"):
+        settings = params.override({"finetune.rule": [row], "finetune.correction.relative": how})
+        fitted[how] = donor_trees(settings.finetune, (rows, throughput, workload))
+        assert fitted[how].relative == how
+    with pytest.raises(CaloError, match="kept without their workloads: re-run `calo pretrain`"):
+        donor_trees(settings.finetune, (rows, throughput, None))
+    stores, devices = store_rows(graphs.graphs), store_devices(graphs.graphs)
+    with pytest.raises(ValueError, match="against their workload's candidates"):
+        fitted["median"].predict(stores, devices)
+    # the trees read each summarized row less its workload's median
+    centred = xgboost.DMatrix(relative_columns(summarize(stores, devices), graphs.workload,
+                                               "median"))
+    assert np.allclose(fitted["median"].predict(stores, devices, graphs.workload),
+                       np.mean([b.predict(centred) for b in fitted["median"].members.values()], 0))
+    # A shape the donor never measured scales every store column of a workload's programs:
+    # read as percentiles among the workload's candidates, its order is what it was.
+    larger = [3 * np.asarray(r) for r in stores]
+    same = {how: np.allclose(trees.log_latency(larger, graphs.workload, devices),
+                             trees.log_latency(stores, graphs.workload, devices))
+            for how, trees in fitted.items() if how != "median"}
+    assert same == {"none": False, "rank": True}
+    loaded = Corrector.load(_saved(fitted["median"], tmp_path), fitted["median"].describe())
+    assert loaded.relative == "median"
+    assert np.allclose(loaded.log_latency(stores, graphs.workload, devices),
+                       fitted["median"].log_latency(stores, graphs.workload, devices))
+    # A search reads a task's candidates against those it first scored: later generations
+    # score as the first did, and so does the search loaded from its saved state.
+    donor.correction = fitted["median"]
+    context, cands, _, _ = search_batch(TARGET, 8)
+    search = CaloCostModel.from_settings(donor, settings, constant_kappa=0.0, trees=True,
+                                         correct_top=0)
+    first = search.predict(context, cands)
+    assert len(search.tree_reference[str(context.task_name)]) == len(cands)
+    assert np.allclose(search.predict(context, cands[:3]), first[:3])
+    search.save(str(tmp_path / "search"))
+    again = CaloCostModel.from_settings(copy.deepcopy(donor), settings, constant_kappa=0.0,
+                                        trees=True, correct_top=0)
+    again.load(str(tmp_path / "search"))
+    again.reference = dict(search.reference)   # the round's scale, as the saved search had it
+    assert np.allclose(again.predict(context, cands[:3]), first[:3])
