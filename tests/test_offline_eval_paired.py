@@ -180,6 +180,6 @@ def test_a_saved_donor_takes_the_rules_weight_for_its_own_trees(params, pretrain
     # the same trees, only weighed otherwise
     graphs = load_graphs(paths.graphs_path(DONOR), "schedule")
     rows, devices = store_rows(graphs.graphs), store_devices(graphs.graphs)
-    assert np.array_equal(copied.correction.predict(rows, devices),
-                          donor.correction.predict(rows, devices))
+    assert np.array_equal(copied.correction.predict(rows, devices, graphs.workload),
+                          donor.correction.predict(rows, devices, graphs.workload))
     assert (tmp_path / "copy" / "donor.json").read_text() == "{}"
