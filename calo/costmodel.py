@@ -265,8 +265,9 @@ class CaloCostModel(PyCostModel):
         devices = device_row(device_of(context.target)).numpy().repeat(len(top), 0)
         reference = None
         if correction.relative != "none":
-            reference = {task: self.tree_reference.setdefault(
-                task, correction.summary_of(rows, devices))}
+            if task not in self.tree_reference:  # summarized once, on the task's first call
+                self.tree_reference[task] = correction.summary_of(rows, devices)
+            reference = {task: self.tree_reference[task]}
         drafts = correction.adjust(mean[top], rows, [task] * len(top), devices,
                                    reference) - mean[top]
         out = bound + drafts.max()
