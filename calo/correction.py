@@ -22,10 +22,13 @@ carry the device each program was measured on (its target's cores and vector byt
 calo.schedule_graph.device_of), so a split can keep one device's order apart from another's
 where the two differ. Beside a warm-up the trees read the donor's rows without it: there the
 columns did not lead (docs/ranking.md, "The device beside the donor's tree rows, built").
-The donor's own trees can also read each program's summarized columns against its workload's
-(`finetune.correction.relative`: less the workload's median, or as a percentile among its
-candidates): a shape the donor never measured moves every absolute column, and a split learned
-on the donor's shapes then falls on one side for all of a new workload's candidates.
+The trees that learn from the donor's records can also read each program's summarized
+columns against its workload's (`finetune.correction.relative`: less the workload's median, or
+as a percentile among its candidates): a shape the donor never measured moves every absolute
+column, and a split learned on the donor's shapes then falls on one side for all of a new
+workload's candidates. The donor's records are read against the donor's records of their
+workload, a warm-up's against that workload's warm-up records, candidates scored against the
+candidates scored with them (a search: those it first scored for the task).
 
 The throughput trees can be an ensemble of kinds (below), their predictions averaged.
 Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
@@ -400,11 +403,16 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
                              settings.members)
     # The donor keeps its records summarized: only the summary member can learn from them.
     # Beside a warm-up the trees read them without their devices: the columns led the donor's
-    # trees zero-shot, not these at 8 records (docs/ranking.md).
+    # trees zero-shot, not these at 8 records (docs/ranking.md). Read relative to their
+    # workloads, the warm-up's rows are read against the warm-up's candidates of theirs.
     donor_rows = _summarized(donor)[:, :summary_width(devices=False)]
+    warm_rows = summarize(rows)
+    if settings.relative != "none":
+        donor_rows = _relative_donor_rows(donor_rows, donor, settings.relative)
+        warm_rows = relative_columns(warm_rows, workloads, settings.relative)
     return Corrector.fit(settings, rounds, rows, np.concatenate([donor[1], throughput]), seed,
-                         blend, best, summary_rows=np.concatenate([donor_rows, summarize(rows)]),
-                         general=True)
+                         blend, best, summary_rows=np.concatenate([donor_rows, warm_rows]),
+                         general=True, relative=settings.relative)
 
 
 def donor_trees(finetune: cfg.Finetune, donor: TreeRows, seed: int = 0) -> Corrector | None:
@@ -418,14 +426,19 @@ def donor_trees(finetune: cfg.Finetune, donor: TreeRows, seed: int = 0) -> Corre
     relative = finetune.correction.relative
     rows = _summarized(donor)
     if relative != "none":
-        if donor[2] is None:
-            raise CaloError("the donor's trees read each record against its workload's, and "
-                            "the donor's records were kept without their workloads: re-run "
-                            "`calo pretrain` with this version")
-        rows = relative_columns(rows, donor[2], relative)
+        rows = _relative_donor_rows(rows, donor, relative)
     return Corrector.fit(finetune.correction, step.correction, [], donor[1], seed, step.blend,
                          summary_rows=rows, general=True, device_columns=True,
                          relative=relative)
+
+
+def _relative_donor_rows(rows: np.ndarray, donor: TreeRows, how: str) -> np.ndarray:
+    """The donor's summarized `rows`, each read against its workload's records."""
+    if donor[2] is None:
+        raise CaloError("the donor's trees read each record against its workload's, and "
+                        "the donor's records were kept without their workloads: re-run "
+                        "`calo pretrain` with this version")
+    return relative_columns(rows, donor[2], how)
 
 
 def _summarized(donor: TreeRows) -> np.ndarray:

@@ -469,3 +469,40 @@ def test_the_donors_trees_can_read_rows_against_their_workloads(params, pretrain
     again.load(str(tmp_path / "search"))
     again.reference = dict(search.reference)   # the round's scale, as the saved search had it
     assert np.allclose(again.predict(context, cands[:3]), first[:3])
+
+
+
+def test_beside_a_warmup_the_trees_read_its_rows_against_their_workloads(
+        params, pretrained, tmp_path, monkeypatch):
+    import xgboost
+
+    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
+    row = {**RULE[0], "correction": 30, "blend": 0.5, "donor_records": True}
+    _, _, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
+    rows, throughput, workload = tree_rows(graphs.graphs, graphs.workload)
+    donor.donor_rows = (rows, 1 - throughput, workload)
+    stores = store_rows(graphs.graphs)
+    tuned = {}
+    for how in ("none", "median"):
+        settings = params.override({"finetune.rule": [row], "finetune.correction.relative": how})
+        tuned[how] = copy.deepcopy(donor)
+        adapt(tuned[how], settings.finetune, settings.train, graphs, graphs, set())
+        assert tuned[how].correction.relative == how and tuned[how].correction.general
+    # The donor's rows less the median of their workload's records, the warm-up's less the
+    # median of their workload's warm-up records, and a scored set's less its own.
+    width = summary_width(devices=False)
+    centred = np.concatenate([relative_columns(rows[:, :width], workload, "median"),
+                              relative_columns(summarize(stores), graphs.workload, "median")])
+    target = np.concatenate([1 - throughput, throughput])
+    step = settings.finetune.step_for(graphs.per_workload())
+    expected = Corrector.fit(settings.finetune.correction, step.correction, [], target,
+                             settings.train.seed, step.blend, summary_rows=centred, general=True)
+    scored = xgboost.DMatrix(relative_columns(summarize(stores), graphs.workload, "median"))
+    assert np.allclose(tuned["median"].correction.predict(stores, workloads=graphs.workload),
+                       np.mean([b.predict(scored) for b in expected.members.values()], 0))
+    assert not np.allclose(tuned["median"].correction.predict(stores, workloads=graphs.workload),
+                           tuned["none"].correction.predict(stores))
+    stale = copy.deepcopy(donor)
+    stale.donor_rows = (rows, 1 - throughput, None)  # kept before the rows kept workloads
+    with pytest.raises(CaloError, match="kept without their workloads: re-run `calo pretrain`"):
+        adapt(stale, settings.finetune, settings.train, graphs, graphs, set())
