@@ -44,7 +44,12 @@ class Progress:
     def line(self, note: str = "") -> str:
         elapsed = max(time.monotonic() - self.start, 1e-9)
         rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
         tail = f" ({note})" if note else ""
+        if self.done >= self.total:
+            # Work that took under a second (found cached, say) has no rate worth printing.
+            pace = f", {rate:.2f} {self.unit}/s" if elapsed >= 1.0 else ""
+            return (f"{self.what}: {self.done}/{self.total} {self.unit} in {elapsed:.1f} s"
+                    f"{pace}{tail}")
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
         return (f"{self.what}: {self.done}/{self.total} {self.unit}, {rate:.2f} {self.unit}/s, "
                 f"ETA {eta:.0f}s{tail}")
