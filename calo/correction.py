@@ -403,8 +403,9 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
                              settings.members)
     # The donor keeps its records summarized: only the summary member can learn from them.
     # Beside a warm-up the trees read them without their devices: the columns led the donor's
-    # trees zero-shot, not these at 8 records (docs/ranking.md). Read relative to their
-    # workloads, the warm-up's rows are read against the warm-up's candidates of theirs.
+    # trees zero-shot, not these at 8 records (docs/ranking.md). With relative columns each
+    # warm-up row is read against its workload's warm-up records, as each donor row against
+    # its workload's donor records.
     donor_rows = _summarized(donor)[:, :summary_width(devices=False)]
     warm_rows = summarize(rows)
     if settings.relative != "none":
