@@ -471,7 +471,6 @@ def test_the_donors_trees_can_read_rows_against_their_workloads(params, pretrain
     assert np.allclose(again.predict(context, cands[:3]), first[:3])
 
 
-
 def test_beside_a_warmup_the_trees_read_its_rows_against_their_workloads(
         params, pretrained, tmp_path, monkeypatch):
     import xgboost
@@ -490,18 +489,18 @@ def test_beside_a_warmup_the_trees_read_its_rows_against_their_workloads(
         assert tuned[how].correction.relative == how and tuned[how].correction.general
     # The donor's rows less the median of their workload's records, the warm-up's less the
     # median of their workload's warm-up records, and a scored set's less its own.
-    width = summary_width(devices=False)
-    centred = np.concatenate([relative_columns(rows[:, :width], workload, "median"),
-                              relative_columns(summarize(stores), graphs.workload, "median")])
+    # (The warm-up is the scored set here: one centring serves both.)
+    warm = relative_columns(summarize(stores), graphs.workload, "median")
+    donor_centred = relative_columns(rows[:, :summary_width(devices=False)], workload, "median")
     target = np.concatenate([1 - throughput, throughput])
     step = settings.finetune.step_for(graphs.per_workload())
     expected = Corrector.fit(settings.finetune.correction, step.correction, [], target,
-                             settings.train.seed, step.blend, summary_rows=centred, general=True)
-    scored = xgboost.DMatrix(relative_columns(summarize(stores), graphs.workload, "median"))
-    assert np.allclose(tuned["median"].correction.predict(stores, workloads=graphs.workload),
-                       np.mean([b.predict(scored) for b in expected.members.values()], 0))
-    assert not np.allclose(tuned["median"].correction.predict(stores, workloads=graphs.workload),
-                           tuned["none"].correction.predict(stores))
+                             settings.train.seed, step.blend,
+                             summary_rows=np.concatenate([donor_centred, warm]), general=True)
+    median = tuned["median"].correction.predict(stores, workloads=graphs.workload)
+    assert np.allclose(median, np.mean([b.predict(xgboost.DMatrix(warm))
+                                        for b in expected.members.values()], 0))
+    assert not np.allclose(median, tuned["none"].correction.predict(stores))
     stale = copy.deepcopy(donor)
     stale.donor_rows = (rows, 1 - throughput, None)  # kept before the rows kept workloads
     with pytest.raises(CaloError, match="kept without their workloads: re-run `calo pretrain`"):
