@@ -14,8 +14,9 @@ At every warm-up whose rule row blends throughput trees (and fits them on the wa
 
 Zero-shot (a warm-up of 0 records), where the donor keeps trees fitted on its own records
 (calo.correction.donor_trees), those trees score the held-out candidates at each weight; no
-probes, no trees of TVM's kind (`-` in the table). So do a small warm-up's, where the rule's
-row fits its trees on the donor's records and the warm-up together (`donor_records`).
+probes, no trees of TVM's kind (`-` in the table). So do a warm-up's, where the rule's row
+fits its trees on the donor's records and the warm-up together (`donor_records`: every row of
+the shipped rule).
 
 Every argument is offline_eval.py's; the scan goes to --scan-out, one entry per warm-up (the
 report's name, the device, the pool's first workload and the fine-tune's records per workload
