@@ -169,10 +169,12 @@ def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_o
     (calo.correction.donor_trees) added. One whose trees the rule now weighs otherwise is
     copied with the rule's weight: the weight enters only the blend, not the trees' fit, so the
     copy is what pretrain would save now; one whose trees were fitted with other seeds
-    (finetune.correction.seeds) or read their rows otherwise (finetune.correction.relative)
-    gets them fitted again."""
+    (finetune.correction.seeds), read their rows otherwise (finetune.correction.relative) or
+    weighed them otherwise (finetune.correction.zero_shot_row_weight) gets them fitted
+    again."""
     trained = TrainedModel.load(model_dir)
     relative = settings.finetune.correction.relative
+    row_weight = settings.finetune.correction.zero_shot_row_weight
     # rows kept before they carried each program's device (or, where the trees read them
     # against their workload's, its workload) are derived again
     had_rows = (trained.donor_rows is not None
@@ -182,7 +184,8 @@ def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_o
     fits = member_keys(settings.finetune.correction, ("summary",))
     if had_rows and trained.correction is not None and (
             not step.donor_records or (list(trained.correction.members) == fits
-                                       and trained.correction.relative == relative)):
+                                       and trained.correction.relative == relative
+                                       and trained.correction.row_weight == row_weight)):
         weight = step.blend
         if not step.donor_records or trained.correction.blend == weight:
             return model_dir

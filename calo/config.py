@@ -178,6 +178,11 @@ class Correction:
     # How the donor's own trees read the store columns: as they are, or against the
     # candidates of their workload (calo.correction.relative_columns)
     relative: Literal["none", "median", "rank"] = "none"
+    # How the trees that learn from the donor's records weigh each record's squared error:
+    # alike, or by its normalized throughput (the fast end counts most, as in TVM's
+    # XGBModel); beside a warm-up, and in the donor's own (zero-shot) trees
+    row_weight: Literal["none", "throughput"] = "none"
+    zero_shot_row_weight: Literal["none", "throughput"] = "none"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,12 @@ workload's candidates. The donor's records are read against the donor's records 
 workload, a warm-up's against that workload's warm-up records, candidates scored against the
 candidates scored with them (a search: those it first scored for the task).
 
+Those trees fit many records per workload, most of them far from its fast end; they can
+weigh each record's squared error by its normalized throughput, as TVM's XGBModel weighs its
+own, so the split points serve the candidates a search keeps: beside a warm-up
+(`finetune.correction.row_weight`), and in the donor's own trees
+(`zero_shot_row_weight`).
+
 The throughput trees can be an ensemble of kinds (below), their predictions averaged.
 Neither touches the variance, the evidential head's. The fine-tune rule says how many boosting
 rounds, and which blend, a warm-up of a given size gets (0 rounds: none); the trees' settings
@@ -198,7 +204,8 @@ def _tvm_settings(threads: int) -> tuple[dict, int]:
 class Corrector:
     def __init__(self, members: dict[str, xgboost.Booster], blend: float = 0.0,
                  best: dict[str, float] | None = None, general: bool = False,
-                 device_columns: bool = False, relative: str = "none"):
+                 device_columns: bool = False, relative: str = "none",
+                 row_weight: str = "none"):
         self.members = members          # kind (finetune.correction.members, #seed) -> its trees
         self.blend = blend              # 0: residual trees; else the throughput trees' weight
         self.best = dict(best or {})    # workload -> its best measured log latency (throughput)
@@ -211,21 +218,28 @@ class Corrector:
         # How the summary trees read the store columns: as they are ("none"), or against their
         # workload's candidates (relative_columns); models saved before: "none".
         self.relative = relative
+        # How the summary trees weighed their records when fitted (finetune.correction's
+        # row_weight, or zero_shot_row_weight for the donor's own); kept so a saved donor's
+        # trees can be told from what the settings would fit now.
+        self.row_weight = row_weight
 
     @classmethod
     def fit(cls, settings: cfg.Correction, rounds: int, rows: Sequence, target: np.ndarray,
             seed: int = 0, blend: float = 0.0, best: dict[str, float] | None = None,
             members: Sequence[str] = ("summary",), summary_rows: np.ndarray | None = None,
-            general: bool = False, device_columns: bool = False, relative: str = "none"
-            ) -> Corrector:
+            general: bool = False, device_columns: bool = False, relative: str = "none",
+            row_weight: str = "none") -> Corrector:
         """Boosted trees of each kind in `members` (once per seed: member_keys) fitted to
         `target` (residual log latency, or normalized throughput where `blend` > 0) from each
         program's store `rows` (`summary_rows`: the summary member's inputs where they are
         given summarized; `general`: trees of the donor's records too; `device_columns`:
         those rows carry their devices; `relative`: they are read against their workloads'
-        candidates, as relative_columns gives them)."""
+        candidates, as relative_columns gives them; `row_weight` "throughput": the summary
+        trees weigh each record's squared error by its target, a normalized throughput)."""
         import xgboost  # with sklearn, over a second of every stage's start-up: only here
 
+        if row_weight != "none" and not blend:
+            raise ValueError("only throughput trees (blend > 0) weigh their records by target")
         target = np.asarray(target, np.float32)
         stacked = _packed(rows) if set(members) - {"summary"} else None
         summary = None
@@ -237,13 +251,14 @@ class Corrector:
             params = _tree_params(settings, seed + int(copy or 0))
             if kind == "summary":
                 booster = xgboost.XGBRegressor(n_estimators=rounds, **params)
-                fitted[key] = booster.fit(summary, target).get_booster()
+                weight = target if row_weight == "throughput" else None
+                fitted[key] = booster.fit(summary, target, sample_weight=weight).get_booster()
             elif kind == "packed":
                 fitted[key] = _fit_packed(params, *stacked, target, rounds)
             else:
                 tvm_params, patience = _tvm_settings(settings.threads)
                 fitted[key] = _fit_packed(tvm_params, *stacked, target, None, patience)
-        return cls(fitted, blend, best, general, device_columns, relative)
+        return cls(fitted, blend, best, general, device_columns, relative, row_weight)
 
     def summary_of(self, rows: Sequence, devices: np.ndarray | None = None) -> np.ndarray:
         """Programs' summarized rows as these trees read them, before relative_columns: with
@@ -326,7 +341,7 @@ class Corrector:
         """What model.json keeps of it beside the trees' own file."""
         return {"blend": self.blend, "best": self.best, "members": list(self.members),
                 "general": self.general, "device_columns": self.device_columns,
-                "relative": self.relative}
+                "relative": self.relative, "row_weight": self.row_weight}
 
     def save(self, path: Path) -> None:
         """One member: XGBoost's own JSON model; several: {kind: that model}."""
@@ -359,7 +374,8 @@ class Corrector:
                    {str(k): float(v) for k, v in described["best"].items()},
                    bool(described.get("general", False)),
                    bool(described.get("device_columns", False)),
-                   str(described.get("relative", "none")))
+                   str(described.get("relative", "none")),
+                   str(described.get("row_weight", "none")))
 
 
 def store_rows(graphs: Sequence[Data]) -> list:
@@ -413,7 +429,8 @@ def fit_correction(net: EvidentialSAGE, settings: cfg.Correction, rounds: int,
         warm_rows = relative_columns(warm_rows, workloads, settings.relative)
     return Corrector.fit(settings, rounds, rows, np.concatenate([donor[1], throughput]), seed,
                          blend, best, summary_rows=np.concatenate([donor_rows, warm_rows]),
-                         general=True, relative=settings.relative)
+                         general=True, relative=settings.relative,
+                         row_weight=settings.row_weight)
 
 
 def donor_trees(finetune: cfg.Finetune, donor: TreeRows, seed: int = 0) -> Corrector | None:
@@ -430,7 +447,8 @@ def donor_trees(finetune: cfg.Finetune, donor: TreeRows, seed: int = 0) -> Corre
         rows = _relative_donor_rows(rows, donor, relative)
     return Corrector.fit(finetune.correction, step.correction, [], donor[1], seed, step.blend,
                          summary_rows=rows, general=True, device_columns=True,
-                         relative=relative)
+                         relative=relative,
+                         row_weight=finetune.correction.zero_shot_row_weight)
 
 
 def _relative_donor_rows(rows: np.ndarray, donor: TreeRows, how: str) -> np.ndarray:

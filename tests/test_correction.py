@@ -60,6 +60,7 @@ def test_the_correction_fits_the_residuals_and_round_trips(corrected, tmp_path):
     blob = json.loads((tmp_path / "model" / CONFIG).read_text())
     assert blob["correction"] == {
         "blend": 0.0, "best": {}, "general": False, "device_columns": False, "relative": "none",
+        "row_weight": "none",
         "members": member_keys(settings.finetune.correction, ["summary"])}
     assert np.allclose(predictive(loaded.net, graphs, correction=loaded.correction)[1], shifted)
     # Models saved before the throughput blend held one fit and said only that they had a
@@ -496,7 +497,8 @@ def test_beside_a_warmup_the_trees_read_its_rows_against_their_workloads(
     step = settings.finetune.step_for(graphs.per_workload())
     expected = Corrector.fit(settings.finetune.correction, step.correction, [], target,
                              settings.train.seed, step.blend,
-                             summary_rows=np.concatenate([donor_centred, warm]), general=True)
+                             summary_rows=np.concatenate([donor_centred, warm]), general=True,
+                             row_weight=settings.finetune.correction.row_weight)
     median = tuned["median"].correction.predict(stores, workloads=graphs.workload)
     assert np.allclose(median, np.mean([b.predict(xgboost.DMatrix(warm))
                                         for b in expected.members.values()], 0))
@@ -505,3 +507,42 @@ def test_beside_a_warmup_the_trees_read_its_rows_against_their_workloads(
     stale.donor_rows = (rows, 1 - throughput, None)  # kept before the rows kept workloads
     with pytest.raises(CaloError, match="kept without their workloads: re-run `calo pretrain`"):
         adapt(stale, settings.finetune, settings.train, graphs, graphs, set())
+
+
+def test_the_donors_trees_can_weigh_each_record_by_its_throughput(params, pretrained, tmp_path,
+                                                                   monkeypatch):
+    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
+    row = {**RULE[0], "correction": 30, "blend": 1.0, "donor_records": True}
+    _, _, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
+    rows, throughput, workload = tree_rows(graphs.graphs, graphs.workload)
+    # The same programs again as other workloads' records a million times slower than their
+    # best: weighed by throughput they count for nothing (every record sampled, so the two
+    # fits draw alike); weighed alike they drag the trees' predictions down.
+    slower = np.full_like(throughput, 1e-6)
+    slow = (np.concatenate([rows, rows]), np.concatenate([throughput, slower]),
+            np.concatenate([workload, workload + workload.max() + 1]))
+    stores, devices = store_rows(graphs.graphs), store_devices(graphs.graphs)
+    moved = {}
+    for weight in ("none", "throughput"):
+        settings = params.override({"finetune.rule": [row], "finetune.correction.subsample": 1.0,
+                                    "finetune.correction.zero_shot_row_weight": weight})
+        alone, both = (donor_trees(settings.finetune, records) for records in
+                       ((rows, throughput, workload), slow))
+        assert alone.row_weight == both.row_weight == weight
+        moved[weight] = np.abs(both.predict(stores, devices, graphs.workload)
+                               - alone.predict(stores, devices, graphs.workload)).max()
+    assert moved["throughput"] < 1e-3 < moved["none"]
+    loaded = Corrector.load(_saved(both, tmp_path), both.describe())
+    assert loaded.row_weight == "throughput"
+    # Beside a warm-up the trees weigh the donor's records and the warm-up's as row_weight
+    # says, whatever the donor's own trees do.
+    donor.donor_rows = (rows, throughput, workload)
+    for weight in ("none", "throughput"):
+        tuned = copy.deepcopy(donor)
+        beside = settings.override({"finetune.correction.row_weight": weight,
+                                    "finetune.correction.zero_shot_row_weight": "none"})
+        adapt(tuned, beside.finetune, beside.train, graphs, graphs, set())
+        assert tuned.correction.general and tuned.correction.row_weight == weight
+    with pytest.raises(ValueError, match="only throughput trees"):
+        Corrector.fit(settings.finetune.correction, 5, [], throughput, row_weight="throughput",
+                      summary_rows=rows)

@@ -183,3 +183,10 @@ def test_a_saved_donor_takes_the_rules_weight_for_its_own_trees(params, pretrain
     assert np.array_equal(copied.correction.predict(rows, devices, graphs.workload),
                           donor.correction.predict(rows, devices, graphs.workload))
     assert (tmp_path / "copy" / "donor.json").read_text() == "{}"
+    # trees of the donor's records weighed otherwise than the settings say are fitted again
+    weighed = params.override({"finetune.rule": [row],
+                               "finetune.correction.zero_shot_row_weight": "throughput"})
+    refitted = TrainedModel.load(with_donor_records(weighed, saved, tmp_path / "weighed", 0))
+    assert refitted.correction.row_weight == "throughput"
+    assert not np.allclose(refitted.correction.predict(rows, devices, graphs.workload),
+                           donor.correction.predict(rows, devices, graphs.workload))
