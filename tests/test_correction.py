@@ -537,12 +537,15 @@ def test_the_donors_trees_can_weigh_each_record_by_its_throughput(params, pretra
     # Beside a warm-up the trees weigh the donor's records and the warm-up's as row_weight
     # says, whatever the donor's own trees do.
     donor.donor_rows = (rows, throughput, workload)
+    ordered = {}
     for weight in ("none", "throughput"):
         tuned = copy.deepcopy(donor)
         beside = settings.override({"finetune.correction.row_weight": weight,
                                     "finetune.correction.zero_shot_row_weight": "none"})
         adapt(tuned, beside.finetune, beside.train, graphs, graphs, set())
         assert tuned.correction.general and tuned.correction.row_weight == weight
+        ordered[weight] = tuned.correction.predict(stores, workloads=graphs.workload)
+    assert not np.allclose(ordered["none"], ordered["throughput"])
     with pytest.raises(ValueError, match="only throughput trees"):
         Corrector.fit(settings.finetune.correction, 5, [], throughput, row_weight="throughput",
                       summary_rows=rows)
