@@ -245,13 +245,13 @@ class Corrector:
         summary = None
         if "summary" in members:  # once for all of the kind's seeds
             summary = summarize(rows) if summary_rows is None else summary_rows
+        weight = target if row_weight == "throughput" else None
         fitted = {}
         for key in member_keys(settings, members):
             kind, _, copy = key.partition(SEED_MARK)
             params = _tree_params(settings, seed + int(copy or 0))
             if kind == "summary":
                 booster = xgboost.XGBRegressor(n_estimators=rounds, **params)
-                weight = target if row_weight == "throughput" else None
                 fitted[key] = booster.fit(summary, target, sample_weight=weight).get_booster()
             elif kind == "packed":
                 fitted[key] = _fit_packed(params, *stacked, target, rounds)

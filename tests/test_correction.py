@@ -44,6 +44,15 @@ def adapted_with(params, tmp_path, monkeypatch, rule: list[dict]):
     return settings, adapted, graphs
 
 
+def donor_with_tree_rows(params, tmp_path, monkeypatch, blend: float):
+    """The donor, a rule row whose trees learn from the donor's records at `blend`, the
+    target's graphs (adapted with that row's trees of the warm-up alone) and their tree rows."""
+    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
+    row = {**RULE[0], "correction": 30, "blend": blend, "donor_records": True}
+    _, _, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
+    return donor, row, graphs, tree_rows(graphs.graphs, graphs.workload)
+
+
 @pytest.fixture
 def corrected(params, pretrained, tmp_path, monkeypatch):
     return adapted_with(params, tmp_path, monkeypatch, RULE)
@@ -425,10 +434,8 @@ def test_the_donors_trees_can_read_rows_against_their_workloads(params, pretrain
                                                                   monkeypatch):
     import xgboost
 
-    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
-    row = {**RULE[0], "correction": 30, "blend": 1.0, "donor_records": True}
-    _, _, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
-    rows, throughput, workload = tree_rows(graphs.graphs, graphs.workload)
+    donor, row, graphs, (rows, throughput, workload) = donor_with_tree_rows(
+        params, tmp_path, monkeypatch, blend=1.0)
     fitted = {}
     for how in ("none", "median", "rank"):
         settings = params.override({"finetune.rule": [row], "finetune.correction.relative": how})
@@ -476,10 +483,8 @@ def test_beside_a_warmup_the_trees_read_its_rows_against_their_workloads(
         params, pretrained, tmp_path, monkeypatch):
     import xgboost
 
-    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
-    row = {**RULE[0], "correction": 30, "blend": 0.5, "donor_records": True}
-    _, _, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
-    rows, throughput, workload = tree_rows(graphs.graphs, graphs.workload)
+    donor, row, graphs, (rows, throughput, workload) = donor_with_tree_rows(
+        params, tmp_path, monkeypatch, blend=0.5)
     donor.donor_rows = (rows, 1 - throughput, workload)
     stores = store_rows(graphs.graphs)
     tuned = {}
@@ -511,10 +516,8 @@ def test_beside_a_warmup_the_trees_read_its_rows_against_their_workloads(
 
 def test_the_donors_trees_can_weigh_each_record_by_its_throughput(params, pretrained, tmp_path,
                                                                    monkeypatch):
-    donor = TrainedModel.load(paths.model_dir(DONOR).resolve())
-    row = {**RULE[0], "correction": 30, "blend": 1.0, "donor_records": True}
-    _, _, graphs = adapted_with(params, tmp_path, monkeypatch, [{**row, "donor_records": False}])
-    rows, throughput, workload = tree_rows(graphs.graphs, graphs.workload)
+    donor, row, graphs, (rows, throughput, workload) = donor_with_tree_rows(
+        params, tmp_path, monkeypatch, blend=1.0)
     # The same programs again as other workloads' records a million times slower than their
     # best: weighed by throughput they count for nothing (every record sampled, so the two
     # fits draw alike); weighed alike they drag the trees' predictions down.
