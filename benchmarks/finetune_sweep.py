@@ -102,7 +102,8 @@ def main() -> None:
         per_source, pooled = score_held_out(trained, held, held_graphs.__getitem__,
                                             settings.calibrate.levels)
         results[name] = {"overrides": overrides, "temperature": trained.temperature, **how,
-                         **{source: summarize(table["calo"], pooled if source == "all" else None)
+                         **{source: summarize(table["calo"], pooled if source == "all"
+                                              else pooled["by_source"].get(source))
                             for source, table in per_source.items()}}
         a, e = results[name]["all"], results[name]["evolved"]
         print(f"{name:<28} all {figures(a)} | evolved {figures(e)} | ECE {a['ece']:.3f}",

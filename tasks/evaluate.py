@@ -371,7 +371,9 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
         "held_out_records": sum(map(len, held.values())), "donor_records": sum(map(len, donor)),
         "overall": {m: summarize(pw, pooled if m == "calo" else None)
                     for m, pw in per_workload.items() if pw},
-        "by_source": {source: {m: summarize(pw, None) for m, pw in table.items() if pw}
+        "by_source": {source: {m: summarize(pw, pooled["by_source"].get(source)
+                                            if m == "calo" else None)
+                               for m, pw in table.items() if pw}
                       for source, table in per_source.items()
                       if source != "all" and any(table.values())},
         "per_workload": {w: {m: pw[w] for m, pw in per_workload.items() if w in pw}
@@ -447,18 +449,21 @@ def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
                    graphs_of: Callable[[str], GraphSet], levels: int,
                    baselines: dict | None = None) -> tuple[dict, dict]:
     """Ranking metrics per candidate source, model and workload (ours and the baselines' on
-    the same records), and our calibration on all of them pooled. A workload's graphs are
-    asked for (`graphs_of(name)`) when it is scored, so they need not all be held at once."""
+    the same records), and our calibration on all of them pooled, and on each source's pooled
+    (`by_source`: a search asks about evolved candidates, a random warm-up shows random ones).
+    A workload's graphs are asked for (`graphs_of(name)`) when it is scored, so they need not
+    all be held at once."""
     baselines = baselines or {}
     per_source: dict[str, dict[str, dict[str, dict]]] = {
         source: {m: {} for m in ("calo", *baselines)} for source in ("all", RANDOM, EVOLVED)}
-    pooled = []
+    pooled, sources_of = [], []
     for name, group in held.items():
         latency = np.array([r.latency for r in group])
         graphs = graphs_of(name)
         y, mu, scale, df = predictive(trained.net, graphs, trained.temperature,
                                       trained.correction)
         pooled.append((y, mu, scale, df))
+        sources_of.append([r.source for r in group])
         cands = [r.record.as_measure_candidate() for r in group]
         scores = {"calo": ranking_scores(mu, graphs, trained.correction),
                   **{which: -np.asarray(baseline.predict(context_of(group[0]), cands))
@@ -475,8 +480,12 @@ def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
     y, mu, scale, df = (np.concatenate(part) for part in zip(*pooled))
     # The same predictions at temperature 1 say whether the temperature helped them.
     plain = calibration(y, mu, scale / trained.temperature, df, levels)
+    sources = np.concatenate(sources_of)
+    by_source = {source: calibration(y[m], mu[m], scale[m], df[m], levels)
+                 for source in (RANDOM, EVOLVED) if (m := sources == source).sum() >= 2}
     return per_source, {**calibration(y, mu, scale, df, levels),
-                        "at_temperature_1": {k: plain[k] for k in ("ece", "nll")}}
+                        "at_temperature_1": {k: plain[k] for k in ("ece", "nll")},
+                        "by_source": by_source}
 
 
 def format_table(report: dict) -> str:

@@ -95,6 +95,15 @@ def test_evaluate_takes_a_warmup_of_n_records_per_workload(params, pretrained, t
     # ranking per candidate source: the harvest's random samples and its evolved candidates
     assert set(report["by_source"]) == {"random", "evolved"}
     assert set(report["by_source"]["evolved"]) == MODELS
+    # ours calibrated on each source's records pooled: the two pools make up the whole, so
+    # the whole's mean NLL and RMSE lie between theirs
+    ours = [report["by_source"][s]["calo"] for s in ("random", "evolved")]
+    for key in ("nll", "rmse"):
+        low, high = sorted(o[key] for o in ours)
+        assert low - 1e-9 <= report["overall"]["calo"][key] <= high + 1e-9, key
+    assert all(0.0 <= o["ece"] <= 1.0 for o in ours)
+    assert all(report["by_source"][s][m]["ece"] is None for s in report["by_source"]
+               for m in MODELS - {"calo"})
 
 
 def test_a_donor_scores_a_device_it_has_a_temperature_for_with_that_one(params, pretrained,
