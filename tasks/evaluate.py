@@ -463,12 +463,12 @@ def score_held_out(trained: TrainedModel, held: dict[str, list[Record]],
         y, mu, scale, df = predictive(trained.net, graphs, trained.temperature,
                                       trained.correction)
         pooled.append((y, mu, scale, df))
-        sources_of.append([r.source for r in group])
         cands = [r.record.as_measure_candidate() for r in group]
         scores = {"calo": ranking_scores(mu, graphs, trained.correction),
                   **{which: -np.asarray(baseline.predict(context_of(group[0]), cands))
                      for which, baseline in baselines.items()}}
         sources = np.array([r.source for r in group])
+        sources_of.append(sources)
         for source, table in per_source.items():
             idx = np.arange(len(group)) if source == "all" else np.flatnonzero(sources == source)
             if len(idx) < 2:
