@@ -9,6 +9,7 @@ candidate at a time: on a CPU device a build running beside a measurement would 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from collections.abc import Callable, Sequence
 
@@ -42,12 +43,17 @@ class WarmBuilder(ms.builder.PyBuilder):
             self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec)
         self.builds += len(build_inputs)
         results = []
-        jobs = [(inp.mod, inp.target) for inp in build_inputs]
-        for res in self.pool.map_with_error_catching(
-                lambda job: build.build_and_export(*job), jobs):
+        # The folders are made here, not in the workers: one killed on a build timeout cannot
+        # remove its own, and a long harvest would collect them.
+        folders = [build.artifact_folder() for _ in build_inputs]
+        jobs = [(inp.mod, inp.target, f) for inp, f in zip(build_inputs, folders)]
+        for folder, res in zip(folders, self.pool.map_with_error_catching(
+                lambda job: build.build_and_export(*job), jobs)):
             if res.status == StatusKind.COMPLETE:
                 results.append(ms.builder.BuilderResult(res.value, None))
-            elif res.status == StatusKind.TIMEOUT:
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            if res.status == StatusKind.TIMEOUT:
                 results.append(ms.builder.BuilderResult(
                     None, f"build: Timeout, killed after {self.timeout_sec} seconds"))
             else:

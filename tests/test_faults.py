@@ -1,5 +1,7 @@
 """Build errors, run errors and timeouts are stored as failed measurements; harvesting goes on."""
 
+import tempfile
+
 import pytest
 import tvm
 from tvm.s_tir import meta_schedule as ms
@@ -34,11 +36,17 @@ def _candidate(mod: tvm.IRModule) -> ms.MeasureCandidate:
                                ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
 
 
+def in_tmp_path(monkeypatch, tmp_path) -> None:
+    """Every artifact folder lands in tmp_path: the builder's (this process's tempfile) and any
+    a build worker makes (workers inherit TMPDIR)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 @pytest.mark.slow
 def test_a_build_error_is_reported_in_place_and_the_batch_goes_on(params, tmp_path,
                                                                   monkeypatch):
-    # Build workers inherit TMPDIR: every artifact directory they create lands here.
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    in_tmp_path(monkeypatch, tmp_path)
     good = _candidate(create_mod(params.workload("mm-64")))
     bad = _candidate(tvm.IRModule({"main": _no_llvm_lowering}))
     seen = []
@@ -55,6 +63,21 @@ def test_a_build_error_is_reported_in_place_and_the_batch_goes_on(params, tmp_pa
     assert sorted(seen) == [0, 1, 2]  # every result, failed or not, reached the caller
     assert all(s > 0 for s in results[0].run_secs)
     assert list(tmp_path.iterdir()) == []  # measured artifacts are removed, not left behind
+
+
+@pytest.mark.slow
+def test_a_build_timeout_leaves_no_artifact_folder_behind(params, tmp_path, monkeypatch):
+    in_tmp_path(monkeypatch, tmp_path)
+    cfg = params.override({"harvest.build_timeout_s": 0.01}).harvest
+    builder = make_builder(cfg)
+    try:
+        results = measure(builder, make_runner(params.device("cpu-b"), cfg),
+                          tvm.target.Target({"kind": "llvm"}),
+                          [_candidate(create_mod(params.workload("mm-64")))] * 2)
+    finally:
+        close_builder(builder)
+    assert [status_of(r.error_msg) for r in results] == [TIMEOUT, TIMEOUT]
+    assert list(tmp_path.iterdir()) == []  # the killed workers' folders are removed too
 
 
 @pytest.mark.slow
