@@ -47,17 +47,22 @@ class WarmBuilder(ms.builder.PyBuilder):
         # remove its own, and a long harvest would collect them.
         folders = [build.artifact_folder() for _ in build_inputs]
         jobs = [(inp.mod, inp.target, f) for inp, f in zip(build_inputs, folders)]
-        for folder, res in zip(folders, self.pool.map_with_error_catching(
-                lambda job: build.build_and_export(*job), jobs)):
-            if res.status == StatusKind.COMPLETE:
-                results.append(ms.builder.BuilderResult(res.value, None))
-                continue
-            shutil.rmtree(folder, ignore_errors=True)
-            if res.status == StatusKind.TIMEOUT:
-                results.append(ms.builder.BuilderResult(
-                    None, f"build: Timeout, killed after {self.timeout_sec} seconds"))
-            else:
-                results.append(ms.builder.BuilderResult(None, f"build: {res.value}"))
+        try:
+            for folder, res in zip(folders, self.pool.map_with_error_catching(
+                    lambda job: build.build_and_export(*job), jobs)):
+                if res.status == StatusKind.COMPLETE:
+                    results.append(ms.builder.BuilderResult(res.value, None))
+                    continue
+                shutil.rmtree(folder, ignore_errors=True)
+                if res.status == StatusKind.TIMEOUT:
+                    results.append(ms.builder.BuilderResult(
+                        None, f"build: Timeout, killed after {self.timeout_sec} seconds"))
+                else:
+                    results.append(ms.builder.BuilderResult(None, f"build: {res.value}"))
+        except BaseException:  # an interrupted batch: none of its artifacts will be run
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
         return results
 
     def shutdown(self) -> None:
