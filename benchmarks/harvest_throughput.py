@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -60,6 +59,7 @@ def pure_costs(settings: Settings, recs: list[records.Record]) -> tuple[float, f
     """Build, then load and measure, each candidate alone in this process."""
     import tvm
     from tvm.s_tir.meta_schedule.runner import local_runner
+    from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
     target = make_target(settings.device(DEVICE))
     config = evaluator_config(settings.harvest)
@@ -75,7 +75,7 @@ def pure_costs(settings: Settings, recs: list[records.Record]) -> tuple[float, f
             dev, [a.as_json() for a in cand.args_info], 1)
         local_runner.default_run_evaluator(module, dev, config, args)
         t2 = time.perf_counter()
-        shutil.rmtree(Path(artifact).parent)
+        remove_build_dir(artifact)
         if i > 0:  # the first build pays one-off imports that a worker pays once, too
             build_s, run_s = build_s + t1 - t0, run_s + t2 - t1
     scale = len(recs) / max(len(recs) - 1, 1)
