@@ -158,7 +158,6 @@ class TrainedModel:
 
     def describe(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self.config), "temperature": self.temperature,
-                "scale_power": self.net.scale_power,
                 "device_temperatures": self.device_temperatures,
                 "correction": None if self.correction is None else self.correction.describe(),
                 "donor_rows": None if self.donor_rows is None else len(self.donor_rows[1]),
@@ -176,12 +175,15 @@ class TrainedModel:
             config = ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
                                     for k, v in blob.items() if k in fields})
             temperature = float(blob["temperature"])
-            scale_power = float(blob.get("scale_power", 1.0))  # older models: 1
+            scale_power = float(blob.get("scale_power", 1.0))
             per_device = {str(k): float(v)
                           for k, v in blob.get("device_temperatures", {}).items()}
         except (ValueError, TypeError, KeyError, AttributeError) as err:
             raise CaloError(f"{path / CONFIG} is not a model configuration: {reason(err)}") \
                 from None
+        if scale_power != 1.0:  # an exponent on the predicted scale, no longer served
+            raise CaloError(f"{path / CONFIG} serves its scales to the power {scale_power:g}, "
+                            "which this version of calo cannot: train the model again")
         net = config.build()
         try:
             state = torch.load(path / WEIGHTS, weights_only=True)
@@ -190,7 +192,6 @@ class TrainedModel:
             raise CaloError(f"{path / WEIGHTS} does not hold this model's weights: "
                             f"{reason(err)[:160]}") from None
         net.eval()
-        net.scale_power = scale_power
         correction = None
         if blob.get("correction"):
             try:

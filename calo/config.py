@@ -123,8 +123,6 @@ class Train:
     rank_weighting: RankWeighting
     batches: Literal["shuffled", "workload"]
     seed: int
-    rank_loss: Literal["pairwise", "listwise"] = "pairwise"
-    rank_sharpness: float = 1.0
     fast_weight: float = 0.0
     ema: float = 0.0   # the donor's kept weights: a moving average of them (0: the last step's)
     keep: Literal["best", "last"] = "best"   # the donor's: best validation NLL's epoch, or last
@@ -243,7 +241,6 @@ class Calibrate:
     warmup_donor_fit: bool = False  # refit the donor's temperature on every warm-up probe first
     objective: Literal["ece", "nll"] = "ece"   # what every temperature fit minimizes
     per_target: bool = False  # a donor of several devices: a temperature per target too
-    scale_power: bool = False  # the donor's widths follow its predicted scale by an exponent
 
 
 @dataclass(frozen=True)

@@ -168,8 +168,6 @@ class CaloCostModel(PyCostModel):
                                rank_weight=self.train.rank_weight,
                                rank_pairs=self.train.rank_pairs,
                                rank_weighting=self.finetune.weighting(self.train),
-                               rank_loss=self.train.rank_loss,
-                               rank_sharpness=self.train.rank_sharpness,
                                fast_weight=step.fast_weight)
                     self.anchor.pull(self.model, step.lr, step.anchor)
                     steps += 1

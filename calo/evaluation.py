@@ -89,21 +89,6 @@ def calibration(y: np.ndarray, mu: np.ndarray, scale: np.ndarray, df: np.ndarray
             "rmse": float(np.sqrt(np.mean((y - mu) ** 2)))}
 
 
-def checked_scale_power(model: EvidentialSAGE, graphs: GraphSet, levels: int,
-                        objective: cal.Objective = "ece") -> float:
-    """The exponent the model's predicted scales are served at (cal.checked_scale_power), for
-    these calibration graphs, one workload left out at a time: 1 unless it serves them better
-    than one temperature does."""
-    parts = graphs.by_workload()
-    kept, model.scale_power = model.scale_power, 1.0  # the fit reads the network's own scales
-    try:
-        predicted = [predictive(model, p) for p in parts]
-    finally:
-        model.scale_power = kept
-    return cal.checked_scale_power(predicted, [p.workload for p in parts],
-                                   confidence_levels(levels), objective)
-
-
 def checked_temperature(model: EvidentialSAGE, graphs: GraphSet, current: float,
                         levels: int, correction: Corrector | None = None,
                         by_workload: bool = False, cross: bool = True,

@@ -12,13 +12,12 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 Objective = Literal["ece", "nll"]
 
 MIN_GROUP_POINTS = 20  # a group's own temperature from fewer points is mostly noise
 MIN_GROUPS = 3         # the median of fewer groups' temperatures is no better than a pooled fit
-MIN_SLOPE_GROUPS = 8   # a slope through fewer groups' temperatures is noise
 
 
 def confidence_levels(count: int) -> np.ndarray:
@@ -100,50 +99,6 @@ def _group_fits(y, mu, scale, df, groups, levels, least=MIN_GROUP_POINTS,
         m = groups == g
         known[g] = fit_temperature(y[m], mu[m], scale[m], df[m], levels, objective=objective)
     return {g: known[g] for g in names[counts >= least]}
-
-
-def scale_power(y, mu, scale, df, groups, levels: np.ndarray, objective: Objective = "ece",
-                known: dict | None = None) -> tuple[float, float]:
-    """(p, tau): served scales tau * scale ** p, where a group's own temperature falls as its
-    predicted scale grows (a network that predicts a narrow spread is the more overconfident).
-    p is one plus the Theil-Sen slope (robust, as the median is) of the groups' log
-    temperatures on their log median scales, at least 0; tau the median temperature of the
-    powered scales, each group's read from its median scale. (1, the median temperature)
-    with fewer than MIN_SLOPE_GROUPS groups."""
-    fits = _group_fits(y, mu, scale, df, groups, levels, objective=objective, known=known)
-    if len(fits) < MIN_SLOPE_GROUPS:
-        return 1.0, median_temperature(y, mu, scale, df, groups, levels, objective=objective,
-                                       known=known)
-    groups, scale = np.asarray(groups), np.asarray(scale, dtype=np.float64)
-    log_t = np.log(list(fits.values()))
-    log_s = np.log([np.median(scale[groups == g]) for g in fits])
-    power = max(1.0 + stats.theilslopes(log_t, log_s)[0], 0.0)
-    return power, float(np.exp(np.median(log_t - (power - 1) * log_s)))
-
-
-def checked_scale_power(parts: Sequence[tuple], groups: Sequence, levels: np.ndarray,
-                        objective: Objective = "ece") -> float:
-    """scale_power's p if it serves groups left out of its fit, else 1. Each part (y, mu,
-    scale, df of one or more whole groups, at p = 1) is predicted at the (p, tau) fitted on
-    all the others, and at their median temperature alone; the power is kept only if its
-    cross-fitted predictions have lower pooled NLL and ECE."""
-    if len(parts) < 2:
-        return 1.0
-    both = tuple(np.concatenate(x) for x in zip(*parts))
-    labels, known = np.concatenate(groups), {}  # whole groups: each fits alike in any rest
-    owner = np.repeat(np.arange(len(parts)), [len(p[0]) for p in parts])
-    powered, plain = np.empty_like(both[2]), np.empty_like(both[2])
-    for i in range(len(parts)):
-        rest, mine = owner != i, owner == i
-        p, tau = scale_power(*(x[rest] for x in both), labels[rest], levels, objective, known)
-        powered[mine] = tau * both[2][mine] ** p
-        plain[mine] = both[2][mine] * median_temperature(
-            *(x[rest] for x in both), labels[rest], levels, objective=objective, known=known)
-    with_power = (both[0], both[1], powered, both[3])
-    if not all(np.less(_nll_ece(with_power, 1.0, levels),
-                       _nll_ece((both[0], both[1], plain, both[3]), 1.0, levels))):
-        return 1.0
-    return scale_power(*both, labels, levels, objective, known)[0]
 
 
 def checked_temperature(parts: Sequence[tuple], current: float, levels: np.ndarray,

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, SAGEConv, TopKPooling, global_max_pool, global_mean_pool
 
-from calo.models.ranking import listwise_rank_loss, pairwise_rank_loss
+from calo.models.ranking import pairwise_rank_loss
 from calo.models.relations import RelationSegments
 
 _EPS = 1e-6
@@ -51,12 +51,6 @@ class NIG(NamedTuple):
 
     def scaled(self, tau: float) -> NIG:
         return NIG(self.gamma, self.nu, self.alpha, self.beta * tau**2)
-
-    def powered(self, power: float) -> NIG:
-        """Every variance rescaled so that the t-scale s becomes s ** power (1: unchanged)."""
-        if power == 1:
-            return self
-        return NIG(self.gamma, self.nu, self.alpha, self.beta * self.t_scale ** (2 * (power - 1)))
 
     def affine(self, shift: Tensor | float, scale: Tensor | float) -> NIG:
         """The same distribution for y' = shift + scale * y."""
@@ -96,9 +90,6 @@ class EvidentialSAGE(nn.Module):
         self.register_buffer("x_std", torch.ones(num_features))
         self.register_buffer("y_mean", torch.zeros(()))
         self.register_buffer("y_std", torch.ones(()))
-        # Calibration's exponent on the predicted scale in log seconds (calibration.scale_power):
-        # served widths follow the scale less than in proportion. Saved with the configuration.
-        self.scale_power = 1.0
         self.embed = nn.Linear(num_features, hidden)
         self.roots = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(layers))
 
@@ -184,8 +175,8 @@ class EvidentialSAGE(nn.Module):
             param.requires_grad = layers == "all" or name.startswith("head.")
 
     def to_log_latency(self, out: NIG) -> NIG:
-        """Map a standardized prediction back to natural-log seconds, its scale calibrated."""
-        return out.affine(self.y_mean, self.y_std).powered(self.scale_power)
+        """Map a standardized prediction back to natural-log seconds."""
+        return out.affine(self.y_mean, self.y_std)
 
     def standardize(self, y: Tensor) -> Tensor:
         return (y - self.y_mean) / self.y_std
@@ -230,15 +221,13 @@ def _mean(loss: Tensor, weight: Tensor | None) -> Tensor:
 
 def cost_loss(y: Tensor, d: NIG, lam: float, deterministic: bool = False,
               rank_weight: float = 0.0, group: Tensor | None = None,
-              throughput: Tensor | None = None, sharpness: float | None = None,
-              weight: Tensor | None = None, discount: bool = False) -> Tensor:
-    """The training loss of a head variant, plus an optional ranking term: pairwise, or
-    listwise when a `sharpness` is given. `weight` weighs each sample's regression loss (e.g.
-    more on the fast end, which is what a search keeps)."""
+              throughput: Tensor | None = None, weight: Tensor | None = None,
+              discount: bool = False) -> Tensor:
+    """The training loss of a head variant, plus an optional pairwise ranking term. `weight`
+    weighs each sample's regression loss (e.g. more on the fast end, which is what a search
+    keeps)."""
     loss = (_mean((d.gamma - y).pow(2), weight) if deterministic
             else evidential_loss(y, d, lam, weight))
-    if rank_weight and sharpness is not None:
-        loss = loss + rank_weight * listwise_rank_loss(y, d.gamma, group, sharpness)
-    elif rank_weight:
+    if rank_weight:
         loss = loss + rank_weight * pairwise_rank_loss(y, d.gamma, group, throughput, discount)
     return loss

@@ -3,8 +3,6 @@ score lower (a tuner ranks one workload's candidates)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -41,27 +39,3 @@ def pairwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None = None,
     weight = weight[pairs]
     return (loss * weight).sum() / weight.sum().clamp_min(_EPS)
 
-
-def group_log_softmax(x: Tensor, group: Tensor) -> Tensor:
-    """log softmax of x within each group (group: dense indices 0..G-1)."""
-    size = int(group.max()) + 1
-    top = x.new_full((size,), -math.inf).scatter_reduce(0, group, x.detach(), "amax")
-    shifted = x - top[group]
-    total = x.new_zeros(size).index_add_(0, group, shifted.exp())
-    return shifted - total.log()[group]
-
-
-def listwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None, sharpness: float) -> Tensor:
-    """ListNet within each group: cross-entropy from softmax(-sharpness * y) to
-    softmax(-sharpness * pred), averaged over groups.
-
-    The target puts weight exp(-sharpness) on a candidate one unit slower than another, so with a
-    high sharpness nearly all of it sits on the fastest few: errors at the fast end cost, the
-    order of the slow bulk hardly. Its minimum is at pred = y + a per-group constant, so it
-    agrees with the regression instead of pulling against it.
-    """
-    group = torch.zeros_like(y, dtype=torch.long) if group is None else torch.unique(
-        group, return_inverse=True)[1]
-    target = group_log_softmax(-sharpness * y, group).exp()
-    cross = -(target * group_log_softmax(-sharpness * pred, group))
-    return cross.sum() / (int(group.max()) + 1)

@@ -35,7 +35,6 @@ def loader(graphs: Sequence[Data], **kwargs) -> DataLoader:
 
 RankPairs = Literal["all", "workload"]
 RankWeighting = Literal["uniform", "throughput", "lambda"]
-RankLoss = Literal["pairwise", "listwise"]
 Batches = Literal["shuffled", "workload"]
 
 
@@ -66,15 +65,13 @@ class WorkloadBatches(Sampler):
 
 def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *, lam: float,
                rank_weight: float, rank_pairs: RankPairs = "all",
-               rank_weighting: RankWeighting = "uniform", rank_loss: RankLoss = "pairwise",
-               rank_sharpness: float = 1.0, fast_weight: float = 0.0,
+               rank_weighting: RankWeighting = "uniform", fast_weight: float = 0.0,
                forward: torch.nn.Module | None = None) -> float:
     """One optimizer step on one batch, as pre-training, fine-tuning and online updates take it.
 
     A batch without workload tags is one group, its throughput relative to its own best.
-    `rank_sharpness` (listwise) is per unit of natural log latency; the loss sees standardized
-    latencies, hence the factor y_std. `fast_weight` weighs each record's regression loss by
-    1 + fast_weight x its normalized throughput.
+    `fast_weight` weighs each record's regression loss by 1 + fast_weight x its normalized
+    throughput.
     `forward` runs the forward pass instead of the model (data parallel: its DDP wrapper).
     A batch whose graphs carry a `weight` (fit's device_balance) scales its loss by their mean.
     """
@@ -83,10 +80,9 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
     group = batch.group if rank_pairs == "workload" and "group" in batch else None
     throughput = (batch.throughput if "throughput" in batch
                   else torch.exp(batch.y.min() - batch.y))
-    sharpness = rank_sharpness * model.y_std.item() if rank_loss == "listwise" else None
     loss = cost_loss(model.standardize(batch.y), _forward(forward or model, batch), lam,
                      model.deterministic, rank_weight, group,
-                     throughput if rank_weighting != "uniform" else None, sharpness,
+                     throughput if rank_weighting != "uniform" else None,
                      1 + fast_weight * throughput if fast_weight else None,
                      discount=rank_weighting == "lambda")
     if "weight" in batch:  # one device's batch (workload batches): its share of the loss
@@ -199,8 +195,6 @@ def fit(
     rank_weight: float = 0.0,
     rank_pairs: RankPairs = "all",
     rank_weighting: RankWeighting = "uniform",
-    rank_loss: RankLoss = "pairwise",
-    rank_sharpness: float = 1.0,
     fast_weight: float = 0.0,
     batches: Batches = "shuffled",
     workloads: Sequence[str] | None = None,
@@ -306,7 +300,6 @@ def fit(
             for batch in epoch_batches():
                 loss = train_step(model, optimizer, batch, lam=lam, rank_weight=rank_weight,
                                   rank_pairs=rank_pairs, rank_weighting=rank_weighting,
-                                  rank_loss=rank_loss, rank_sharpness=rank_sharpness,
                                   fast_weight=fast_weight, forward=wrapper)
                 if pull:
                     pull.pull(model, scheduler.get_last_lr()[0], anchor)

@@ -16,7 +16,7 @@ from calo.artifact import TrainedModel
 from calo.correction import donor_trees, tree_rows
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
-from calo.evaluation import checked_scale_power, checked_temperature, evaluate, mean_ranking
+from calo.evaluation import checked_temperature, evaluate, mean_ranking
 from calo.log import Progress, get_logger
 from calo.models.evidential import EvidentialSAGE
 from calo.models.training import fit, predict
@@ -142,9 +142,6 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     if settings.finetune.keeps_donor_rows:
         trained.donor_rows = tree_rows(train.graphs, train.workload)
         trained.correction = donor_trees(settings.finetune, trained.donor_rows, settings.train.seed)
-    if settings.calibrate.scale_power:  # before the temperature, which scales what it serves
-        trained.net.scale_power = checked_scale_power(trained.net, calibration, levels,
-                                                      settings.calibrate.objective)
     trained.temperature = donor_temperature(settings, trained, calibration, 1.0)
     if settings.calibrate.per_target:
         trained.device_temperatures = device_temperatures(settings, trained, calibration, also)
@@ -155,7 +152,6 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     metrics = {f"{name}_{k}": v for name, part in parts
                for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
     return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature,
-                     "scale_power": trained.net.scale_power,
                      "train_graphs_per_s": result["graphs_per_s"]}
 
 

@@ -11,14 +11,12 @@ from calo.dataset import GraphSet, load_graphs
 from calo.models.calibration import (
     blended_temperature,
     carried_temperature,
-    checked_scale_power,
     checked_temperature,
     confidence_levels,
     fit_temperature,
     median_temperature,
     refit_temperature,
     regression_ece,
-    scale_power,
     student_t_nll,
 )
 from calo.models.evidential import (
@@ -260,27 +258,6 @@ def test_lambda_discount_weighs_order_at_the_predicted_top_more():
     assert torch.isclose(alone, joined)
 
 
-def test_listwise_loss_is_per_group_cross_entropy_and_focuses_on_the_fast_end():
-    from calo.models.ranking import listwise_rank_loss
-
-    y = torch.log(torch.tensor([1.0, 2.0, 100.0, 200.0, 3.0, 4.0]))
-    group = torch.tensor([7, 7, 7, 7, 9, 9])
-    pred = torch.tensor([0.3, 0.1, 4.0, 5.0, 1.0, 2.0])
-    expected = sum(
-        -(torch.softmax(-2.0 * y[idx], 0) * torch.log_softmax(-2.0 * pred[idx], 0)).sum()
-        for idx in (slice(0, 4), slice(4, 6))) / 2
-    assert torch.isclose(listwise_rank_loss(y, pred, group, 2.0), expected)
-    # Its minimum: the measured latencies up to a shift per group.
-    shifted = y + torch.tensor([1.0] * 4 + [-3.0] * 2)
-    assert listwise_rank_loss(y, shifted, group, 2.0) < listwise_rank_loss(y, pred, group, 2.0)
-    # Sharp: a swap of the two fastest costs far more than a swap of the two slowest.
-    one = torch.zeros(4, dtype=torch.long)
-    fast_swapped, slow_swapped = y[:4][[1, 0, 2, 3]], y[:4][[0, 1, 3, 2]]
-    base = listwise_rank_loss(y[:4], y[:4], one, 4.0)
-    assert (listwise_rank_loss(y[:4], fast_swapped, one, 4.0) - base
-            > 100 * (listwise_rank_loss(y[:4], slow_swapped, one, 4.0) - base))
-
-
 def test_workload_batches_hold_one_workload_and_cover_every_graph_once():
     groups = [0] * 7 + [1] * 3 + [2] * 12
     sampler = WorkloadBatches(groups, 4, torch.Generator().manual_seed(0))
@@ -397,41 +374,6 @@ def test_one_workload_left_out_at_a_time_finds_the_width_two_lopsided_folds_refu
     assert checked_temperature(folds, 1.0, LEVELS, [np.concatenate([labels[i] for i in idx])
                                                     for idx in (odd, rest)]) == 1.0
     assert 1.4 < checked_temperature(parts, 1.0, LEVELS, labels) < 1.8
-
-
-def _workloads_erring(width, scales, n=80, seed=3):
-    """One part per workload: predicted scale s, errors width(s) wide (y, mu, scale, df)."""
-    rng = np.random.default_rng(seed)
-    return [(rng.normal(size=n) * width(s), np.zeros(n), np.full(n, s), np.full(n, 30.0))
-            for s in scales]
-
-
-def test_widths_that_follow_the_scale_less_than_in_proportion_get_an_exponent():
-    """Workloads whose errors grow as the square root of the predicted scale: the one
-    temperature that suits a typical workload is too narrow for the narrow-scaled ones and too
-    wide for the wide; the exponent fits both, and workloads left out of its fit are served
-    better than by one temperature. Where errors are a fixed multiple of the scale, it is
-    about 1 (one temperature) and the check leaves it near there."""
-    scales = np.geomspace(0.05, 2.0, 12)
-    labels = [np.full(80, i) for i in range(12)]
-    parts = _workloads_erring(lambda s: 0.8 * np.sqrt(s), scales)
-    power, tau = scale_power(*(np.concatenate(x) for x in zip(*parts)),
-                             np.concatenate(labels), LEVELS)
-    assert 0.35 < power < 0.65 and 0.6 < tau < 1.0
-    assert 0.35 < checked_scale_power(parts, labels, LEVELS) < 0.65
-    proportional = _workloads_erring(lambda s: 1.5 * s, scales)
-    assert abs(checked_scale_power(proportional, labels, LEVELS) - 1.0) < 0.1
-    # a slope through fewer than eight workloads' temperatures is not fitted
-    assert checked_scale_power(parts[:7], labels[:7], LEVELS) == 1.0
-
-
-def test_a_powered_nig_serves_its_scale_to_the_power_and_keeps_its_mean():
-    d = NIG(torch.tensor([0.5, -1.0]), torch.tensor([2.0, 0.3]), torch.tensor([3.0, 1.5]),
-            torch.tensor([0.02, 4.0]))
-    p = d.powered(0.5)
-    assert torch.allclose(p.t_scale, d.t_scale.sqrt()) and torch.equal(p.gamma, d.gamma)
-    assert torch.allclose(p.epistemic_var / d.epistemic_var, p.t_scale**2 / d.t_scale**2)
-    assert d.powered(1.0) is d
 
 
 def test_checked_temperature_refuses_a_refit_that_trades_nll_for_ece():

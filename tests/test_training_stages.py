@@ -29,23 +29,6 @@ def test_pretrain_registers_the_donor_alias(params, pretrained):
     assert 0 < pretrained["train_top1"] <= pretrained["train_top5"] <= 1
 
 
-def test_a_models_scale_power_is_saved_with_it_and_older_models_serve_plain_scales(
-        params, pretrained, tmp_path):
-    model = TrainedModel.load(paths.model_dir(DONOR))
-    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
-    plain = predictive(model.net, graphs)
-    model.net.scale_power = 0.6
-    loaded = TrainedModel.load(model.save(tmp_path / "model"))
-    assert loaded.net.scale_power == 0.6
-    y, mu, scale, _ = predictive(loaded.net, graphs)
-    assert np.array_equal(mu, plain[1]) and np.allclose(scale, plain[2] ** 0.6, rtol=1e-5)
-    blob = json.loads((tmp_path / "model" / "model.json").read_text())
-    del blob["scale_power"]  # written before the exponent existed
-    (tmp_path / "model" / "model.json").write_text(json.dumps(blob))
-    assert np.allclose(predictive(TrainedModel.load(tmp_path / "model").net, graphs)[2],
-                       plain[2])
-
-
 def test_finetune_adapts_the_layers_its_rule_names_for_the_warmup_size(params, pretrained,
                                                                         finetuned):
     donor = TrainedModel.load(paths.model_dir(DONOR)).net.state_dict()
