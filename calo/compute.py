@@ -34,11 +34,8 @@ def training_device(setting: str) -> str:
 
 
 def fit_options(train: cfg.Train) -> dict:
-    """params.yaml's train section as models.training.fit takes it (keep_by becomes the
-    donor's val_score: tasks.pretrain)."""
-    options = {**dataclasses.asdict(train), "device": training_device(train.device)}
-    del options["keep_by"]
-    return options
+    """params.yaml's train section as models.training.fit takes it."""
+    return {**dataclasses.asdict(train), "device": training_device(train.device)}
 
 
 def is_main() -> bool:

@@ -124,13 +124,10 @@ class Train:
     batches: Literal["shuffled", "workload"]
     seed: int
     fast_weight: float = 0.0
-    ema: float = 0.0   # the donor's kept weights: a moving average of them (0: the last step's)
     keep: Literal["best", "last"] = "best"   # the donor's: best validation NLL's epoch, or last
     device: Literal["auto", "cpu", "cuda"] = "auto"
     graphs_in_memory: int = 16384
     threads: int | None = None   # torch's CPU threads while training (models.training.fit)
-    device_balance: bool = False   # a donor of several devices weighs each device alike
-    keep_by: Literal["nll", "rank"] = "nll"   # the donor's validation figure (tasks.pretrain)
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,6 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
     `fast_weight` weighs each record's regression loss by 1 + fast_weight x its normalized
     throughput.
     `forward` runs the forward pass instead of the model (data parallel: its DDP wrapper).
-    A batch whose graphs carry a `weight` (fit's device_balance) scales its loss by their mean.
     """
     model.train()
     batch = batch.to(model.y_std.device)
@@ -85,8 +84,6 @@ def train_step(model: EvidentialSAGE, optimizer: torch.optim.Optimizer, batch, *
                      throughput if rank_weighting != "uniform" else None,
                      1 + fast_weight * throughput if fast_weight else None,
                      discount=rank_weighting == "lambda")
-    if "weight" in batch:  # one device's batch (workload batches): its share of the loss
-        loss = loss * batch.weight.mean()
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -201,26 +198,18 @@ def fit(
     seed: int = 0,
     anchor: float = 0.0,
     keep: Literal["best", "last"] = "best",
-    ema: float = 0.0,
     device: str = "cpu",
     graphs_in_memory: int | None = None,
     threads: int | None = None,
-    devices: Sequence[str] | None = None,
-    device_balance: bool = False,
-    val_score: Callable[[EvidentialSAGE], float] | None = None,
     on_epoch: EpochCallback | None = None,
 ) -> dict:
-    """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL
-    (or `val_score`).
+    """AdamW with linear warm-up then cosine decay; keeps the weights of the best validation NLL.
 
     patience=None trains all max_epochs (the fine-tune); otherwise stops after `patience` epochs
     without improvement. `workloads` names each training graph's workload: ranking within
     workloads and workload batches need them. `anchor` > 0 pulls the weights toward where they
     started (Anchor), for fine-tunes. keep="last" returns the last epoch's weights instead of
     the best validation NLL's (a fine-tune's validation set is a few records per workload).
-    `ema` > 0: the weights validated and kept are an exponential moving average of the
-    trained ones, each step moving it by 1 - ema toward them (an early stop comes while the
-    learning rate is still high, where the last step's weights are one noisy draw).
 
     Trains on `device` and returns the model where it was. A graph store's graphs (anything
     with `window_positions`, calo.graph_store) beyond `graphs_in_memory` are read a window of
@@ -231,15 +220,6 @@ def fit(
     `threads`: torch's CPU threads while training (None: as they are; under torchrun at most
     the process's share of the cores). The order of a parallel reduction's partial sums follows
     the thread count, so the same data and seed train other weights at another count.
-
-    `devices` names the device each training graph was measured on; with `device_balance`,
-    each device's graphs weigh alike in total (a batch's loss scaled by its graphs' mean
-    weight: exact with workload batches, which hold one device each): a device with a third
-    of the records weighs as much as the others.
-
-    `val_score`: a figure of the model on its validation data, higher better (e.g. how well
-    it orders each validation workload); given, it picks the kept epoch and the early stop in
-    place of validation NLL, which is still reported.
     """
     torch.manual_seed(seed)
     if workloads is None and (rank_pairs == "workload" or batches == "workload"):
@@ -250,9 +230,7 @@ def fit(
     windowed = (graphs_in_memory is not None and hasattr(train, "window_positions")
                 and len(train) > graphs_in_memory)
     resident = None if windowed else list(train)
-    tags = {**(_workload_tags(train, workloads) if workloads is not None else {}),
-            **({"weight": _balanced(devices)} if device_balance and devices is not None
-               else {})}
+    tags = _workload_tags(train, workloads) if workloads is not None else {}
     generator = torch.Generator().manual_seed(seed)
 
     def epoch_batches() -> Iterator:
@@ -290,8 +268,7 @@ def fit(
                                   weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     pull = Anchor(model) if anchor > 0 else None
-    average = Average(model, ema) if ema > 0 else None
-    best_nll, best_figure, best_state, best_epoch, stale = math.inf, math.inf, None, -1, 0
+    best_nll, best_state, best_epoch, stale = math.inf, None, -1, 0
     history, trained_graphs, train_secs = [], 0, 0.0
     with torch_threads(threads):
         for epoch in range(max_epochs):
@@ -303,34 +280,24 @@ def fit(
                                   fast_weight=fast_weight, forward=wrapper)
                 if pull:
                     pull.pull(model, scheduler.get_last_lr()[0], anchor)
-                if average:
-                    average.update(model)
                 scheduler.step()
                 running += loss * batch.num_graphs
                 seen += batch.num_graphs
             train_secs += time.perf_counter() - started
             trained_graphs += seen
-            live = average.swap_in(model) if average else None
             val_nll = (mean_nll(model, val, window=graphs_in_memory) if val
                        else running / max(seen, 1))
-            score = val_score(model) if val_score else None
             history.append({"epoch": epoch, "train_loss": running / max(seen, 1),
-                            "val_nll": val_nll, **({"val_score": score} if val_score else {})})
+                            "val_nll": val_nll})
             if on_epoch:
                 on_epoch(epoch, running / max(seen, 1), val_nll)
-            figure = -score if val_score else val_nll
-            improved = figure < best_figure
-            if improved:
-                best_nll, best_figure, best_epoch, stale = val_nll, figure, epoch, 0
+            if val_nll < best_nll:
+                best_nll, best_epoch, stale = val_nll, epoch, 0
                 best_state = copy.deepcopy(model.state_dict())
-            if live is not None:
-                model.load_state_dict(live)  # training goes on from the trained weights
-            if not improved:
+            else:
                 stale += 1
                 if patience is not None and stale >= patience:
                     break
-    if average and keep == "last":
-        average.swap_in(model)
     if best_state is not None and keep == "best":
         model.load_state_dict(best_state)
     model.to(home)
@@ -338,27 +305,6 @@ def fit(
     return {"best_val_nll": best_nll, "best_epoch": best_epoch, "kept_epoch": kept,
             "epochs": len(history), "history": history,
             "graphs_per_s": trained_graphs * world / max(train_secs, 1e-9)}
-
-
-class Average:
-    """An exponential moving average of a model's floating-point weights."""
-
-    def __init__(self, model: torch.nn.Module, decay: float) -> None:
-        self.decay = decay
-        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()
-                      if v.is_floating_point()}
-
-    @torch.no_grad()
-    def update(self, model: torch.nn.Module) -> None:
-        for key, value in model.state_dict().items():
-            if key in self.state:
-                self.state[key].lerp_(value, 1.0 - self.decay)
-
-    def swap_in(self, model: torch.nn.Module) -> dict:
-        """Load the average into the model; returns the weights it had."""
-        live = copy.deepcopy(model.state_dict())
-        model.load_state_dict({**live, **self.state})
-        return live
 
 
 def _workload_tags(train: Sequence[Data], workloads: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -369,13 +315,6 @@ def _workload_tags(train: Sequence[Data], workloads: Sequence[str]) -> dict[str,
     groups, count = _codes(workloads)
     best = torch.full((count,), math.inf).scatter_reduce(0, groups, y, "amin")
     return {"group": groups, "throughput": torch.exp(best[groups] - y)}
-
-
-def _balanced(devices: Sequence[str]) -> torch.Tensor:
-    """Each graph's weight so that every device's graphs sum to the same total and all the
-    weights average 1."""
-    of, count = _codes(devices)
-    return (len(devices) / (count * of.bincount().double()))[of].float()
 
 
 def _codes(names: Sequence[str]) -> tuple[torch.Tensor, int]:

@@ -45,7 +45,7 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     schedule = {**compute.fit_options(train), "lr": step.lr, "batch_size": finetune.batch_size,
                 "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None,
                 "anchor": step.anchor, "keep": step.keep, "fast_weight": step.fast_weight,
-                "rank_weighting": finetune.weighting(train), "ema": 0.0}
+                "rank_weighting": finetune.weighting(train)}
     result = fit(trained.net, graphs.graphs, val.graphs, workloads=graphs.workload,
                  on_epoch=on_epoch, **schedule)
     # The throughput trees leave the mean and variance to the head, so the records held back

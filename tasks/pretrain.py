@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import mlflow
-import numpy as np
 import torch
 
 from calo import compute, locks, paths, registry
@@ -16,10 +14,9 @@ from calo.artifact import TrainedModel
 from calo.correction import donor_trees, tree_rows
 from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
-from calo.evaluation import checked_temperature, evaluate, mean_ranking
+from calo.evaluation import checked_temperature, evaluate
 from calo.log import Progress, get_logger
-from calo.models.evidential import EvidentialSAGE
-from calo.models.training import fit, predict
+from calo.models.training import fit
 from calo.records import record_targets, store_targets
 
 # split.donor_calibration: workload keeps whole workloads out of training only when the donor
@@ -135,8 +132,6 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     set_normalization(trained, train.graphs, settings.train.graphs_in_memory)
     options = compute.fit_options(settings.train)
     result = fit(trained.net, train.graphs, val.graphs, workloads=train.workload,
-                 devices=[workload_device(w, settings.donor, also) for w in train.workload],
-                 val_score=validation_order(val) if settings.train.keep_by == "rank" else None,
                  on_epoch=on_epoch, **options)
     levels = settings.calibrate.levels
     if settings.finetune.keeps_donor_rows:
@@ -153,22 +148,6 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
                for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
     return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature,
                      "train_graphs_per_s": result["graphs_per_s"]}
-
-
-def validation_order(val: GraphSet) -> Callable[[EvidentialSAGE], float] | None:
-    """How well a model orders each validation workload's candidates: the mean of tau, top-1
-    and top-5 within workloads (calo.evaluation.mean_ranking), higher better. None where no
-    validation workload has the 3 records a ranking needs: the donor is then kept by NLL."""
-    if max(Counter(val.workload).values(), default=0) < 3:
-        get_logger().warning("pretrain: no validation workload has 3 or more records to rank; "
-                             "the donor is kept by validation NLL (train.keep_by)")
-        return None
-    y = torch.cat([g.y for g in val.graphs]).numpy()
-
-    def score(net) -> float:
-        order = mean_ranking(y, predict(net, val.graphs).gamma.numpy(), val.workload)
-        return float(np.nanmean([order["kendall_tau"], order["top1"], order["top5"]]))
-    return score
 
 
 def workload_device(workload: str, donor: str, also: Sequence[str]) -> str:

@@ -7,7 +7,7 @@ from scipy import stats
 from torch_geometric.data import Data
 
 from calo import paths
-from calo.dataset import GraphSet, load_graphs
+from calo.dataset import load_graphs
 from calo.models.calibration import (
     blended_temperature,
     carried_temperature,
@@ -143,26 +143,6 @@ def test_an_anchored_fine_tune_stays_nearer_the_weights_it_started_from(params, 
     assert 0 < distance[200.0] < 0.5 * distance[0.0]
 
 
-def test_a_moving_average_of_the_weights_is_what_training_keeps(params, extracted):
-    """With ema the kept weights trail the trained ones: at a decay near 1 they stay near the
-    start, at 0.5 they follow the last steps closely, and the validated NLL is theirs."""
-    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs
-    start = seeded_model(graphs, hidden=32, layers=2)
-
-    def moved(ema: float) -> tuple[float, dict]:
-        model = copy.deepcopy(start)
-        result = fit(model, graphs[:12], graphs[12:24], lr=3e-3, weight_decay=0.0, lam=1e-2,
-                     batch_size=4, max_epochs=6, warmup_epochs=0, keep="last", ema=ema)
-        assert result["history"][-1]["val_nll"] == pytest.approx(mean_nll(model, graphs[12:24]),
-                                                                 abs=1e-5)
-        return sum(float((p - q).detach().pow(2).sum()) for p, q in
-                   zip(model.parameters(), start.parameters())) ** 0.5, result
-
-    last, _ = moved(0.0)
-    assert moved(1.0 - 1e-6)[0] < 1e-3 * last
-    assert 0.5 * last < moved(0.5)[0] < 1.5 * last
-
-
 def test_the_donor_keeps_the_epoch_train_keep_names(params):
     """train.keep reaches the donor's training loop (fine-tunes take their rule's instead)."""
     from calo.compute import fit_options
@@ -266,51 +246,6 @@ def test_workload_batches_hold_one_workload_and_cover_every_graph_once():
     assert all(len({groups[i] for i in b}) == 1 and len(b) <= 4 for b in batches)
     assert sorted(i for b in batches for i in b) == list(range(len(groups)))
     assert batches != list(sampler)  # a new order every epoch
-
-
-def test_device_balance_weighs_each_devices_graphs_alike_in_total(params, extracted):
-    from calo.models.training import _balanced
-
-    weights = _balanced(["host"] * 6 + ["generic"] * 2)
-    assert torch.isclose(weights[:6].sum(), weights[6:].sum())
-    assert torch.isclose(weights.mean(), torch.tensor(1.0)) and weights[6] == 3 * weights[0]
-
-    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
-    train, val = graphs.graphs[::2], graphs.graphs[1::2]
-    workloads = graphs.workload[::2]
-
-    def trained(devices: list[str] | None) -> dict:
-        model = seeded_model(train, hidden=16, layers=1)
-        fit(model, train, val, lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8, max_epochs=2,
-            rank_weight=0.5, rank_pairs="workload", batches="workload", workloads=workloads,
-            devices=devices, device_balance=True)
-        return model.state_dict()
-
-    plain = trained(None)
-    # one device: every weight is 1, the same training; a device with a few of the graphs:
-    # they weigh more than the others, other weights
-    assert all(torch.equal(plain[k], v) for k, v in trained(["host"] * len(train)).items())
-    lopsided = trained(["generic"] * 3 + ["host"] * (len(train) - 3))
-    assert not all(torch.equal(plain[k], v) for k, v in lopsided.items())
-
-
-def test_a_validation_score_picks_the_kept_epoch_and_the_early_stop(params, extracted):
-    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
-    train, val = graphs.graphs[::2], graphs.graphs[1::2]
-    model = seeded_model(train, hidden=16, layers=1)
-    scores, kept = iter([0.1, 0.9, 0.2, 0.3, 0.5, 0.4]), {}
-
-    def score(net: EvidentialSAGE) -> float:
-        kept[len(kept)] = copy.deepcopy(net.state_dict())
-        return next(scores)
-
-    result = fit(model, train, val, lr=3e-3, weight_decay=0.0, lam=1e-2, batch_size=8,
-                 max_epochs=6, patience=3, val_score=score)
-    # the best score at epoch 1, then three epochs without a better one: stopped after 5
-    assert result["epochs"] == 5 and result["best_epoch"] == result["kept_epoch"] == 1
-    assert [h["val_score"] for h in result["history"]] == [0.1, 0.9, 0.2, 0.3, 0.5]
-    assert result["best_val_nll"] == result["history"][1]["val_nll"]  # not the best NLL's
-    assert all(torch.equal(v, kept[1][k]) for k, v in model.state_dict().items())
 
 
 def test_an_online_updates_batches_rank_each_task_against_its_own_best():
@@ -637,15 +572,3 @@ def test_a_per_iteration_model_adds_each_programs_work_back_to_its_prediction():
     with pytest.raises(CaloError, match="per_iteration"):
         ModelConfig("ast", tuple(ast_features), tuple(ast_edges), 16, 1,
                     per_iteration=True).build()
-
-
-def test_the_validation_order_needs_a_workload_of_three_records(params, extracted):
-    from calo.tasks.pretrain import validation_order
-
-    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind)
-    pairs = GraphSet(graphs.graphs[:4], ["a", "a", "b", "b"], list(range(4)), graphs.kind)
-    assert validation_order(pairs) is None  # no workload to rank: kept by NLL instead
-    score = validation_order(graphs)
-    model = seeded_model(graphs.graphs, hidden=16, layers=1)
-    figure = score(model)
-    assert np.isfinite(figure) and -1 / 3 < figure <= 1  # tau in [-1, 1], top-k in (0, 1]
