@@ -157,7 +157,7 @@ def train_donor(settings: Settings, out: Path, also: Sequence[str] = ()) -> dict
     trained.save(out)
     return {"train_graphs": len(train), "val_graphs": len(val),
             "train_s": time.perf_counter() - start, **metrics,
-            "device_temperatures": trained.device_temperatures, "code": code_version()}
+            "code": code_version()}
 
 
 def with_donor_records(settings: Settings, model_dir: Path, out: Path, trained_on: int,

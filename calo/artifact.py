@@ -80,10 +80,6 @@ class TrainedModel:
     temperature: float = 1.0        # served variance = temperature^2 * variance
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # lineage: donor, records
     correction: Corrector | None = None  # the device's residual correction, if fitted
-    # A donor trained on several devices: each one's own temperature (records.target_key ->
-    # temperature), fitted on its calibration records. One device's errors can be wider than
-    # another's, and a pooled temperature then misses both.
-    device_temperatures: dict[str, float] = dataclasses.field(default_factory=dict)
     donor_rows: TreeRows | None = None  # the donor's records, for trees that learn from them
 
     @classmethod
@@ -95,18 +91,6 @@ class TrainedModel:
         """Whether all these targets (records.target_key) are of devices this model was
         trained on: adapting to them is then learning new workloads, not a new device."""
         return bool(targets) and targets <= set(self.info.get("targets", ()))
-
-    def temperature_for(self, targets: set[str]) -> float:
-        """The temperature for records of these targets: the device's own where they are one
-        device that has one, else the pooled one."""
-        if len(targets) == 1:
-            return self.device_temperatures.get(next(iter(targets)), self.temperature)
-        return self.temperature
-
-    def for_device(self, targets: set[str]) -> TrainedModel:
-        """This model as one device's (sharing the network): its temperature for `targets`."""
-        return dataclasses.replace(self, temperature=self.temperature_for(targets),
-                                   device_temperatures={})
 
     def rows_for(self, step: cfg.FinetuneStep) -> TreeRows | None:
         """The donor's records for the trees of a fine-tune rule's row that asks for them."""
@@ -158,7 +142,6 @@ class TrainedModel:
 
     def describe(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self.config), "temperature": self.temperature,
-                "device_temperatures": self.device_temperatures,
                 "correction": None if self.correction is None else self.correction.describe(),
                 "donor_rows": None if self.donor_rows is None else len(self.donor_rows[1]),
                 "info": self.info}
@@ -176,14 +159,19 @@ class TrainedModel:
                                     for k, v in blob.items() if k in fields})
             temperature = float(blob["temperature"])
             scale_power = float(blob.get("scale_power", 1.0))
-            per_device = {str(k): float(v)
-                          for k, v in blob.get("device_temperatures", {}).items()}
+            per_target = dict(blob.get("device_temperatures", {}))
         except (ValueError, TypeError, KeyError, AttributeError) as err:
             raise CaloError(f"{path / CONFIG} is not a model configuration: {reason(err)}") \
                 from None
-        if scale_power != 1.0:  # an exponent on the predicted scale, no longer served
+        # Two calibration options since removed (docs/ranking.md, "Options not taken, removed
+        # from the code"): a model saved with one in use would be served otherwise.
+        if scale_power != 1.0:
             raise CaloError(f"{path / CONFIG} serves its scales to the power {scale_power:g}, "
                             "which this version of calo cannot: train the model again")
+        if per_target:
+            raise CaloError(f"{path / CONFIG} has a temperature per target "
+                            f"({', '.join(map(str, per_target))}), which this version of calo "
+                            "does not serve: train the model again")
         net = config.build()
         try:
             state = torch.load(path / WEIGHTS, weights_only=True)
@@ -212,7 +200,7 @@ class TrainedModel:
             except Exception as err:  # missing, truncated, or another model's
                 raise CaloError(f"{path / DONOR_ROWS} does not hold this model's donor records: "
                                 f"{reason(err)[:160]}") from None
-        return cls(net, config, temperature, dict(blob.get("info", {})), correction, per_device,
+        return cls(net, config, temperature, dict(blob.get("info", {})), correction,
                    donor_rows)
 
 

@@ -237,7 +237,6 @@ class Calibrate:
     warmup_refit: Literal["off", "replace", "blend"] = "replace"
     warmup_donor_fit: bool = False  # refit the donor's temperature on every warm-up probe first
     objective: Literal["ece", "nll"] = "ece"   # what every temperature fit minimizes
-    per_target: bool = False  # a donor of several devices: a temperature per target too
 
 
 @dataclass(frozen=True)

@@ -91,10 +91,6 @@ class CaloCostModel(PyCostModel):
                       trees=tune.trees)
         return cls(trained, **{**kwargs, **overrides})
 
-    def temperature(self, context) -> float:
-        """The model's temperature for the search's device (a donor's per-device one)."""
-        return self.trained.temperature_for(_targets(context))
-
     def kappa(self) -> float:
         if self.constant_kappa is not None:
             return self.constant_kappa
@@ -114,7 +110,6 @@ class CaloCostModel(PyCostModel):
         loaded = TrainedModel.load(Path(path))
         self.model.load_state_dict(loaded.net.state_dict())
         self.trained.temperature = loaded.temperature
-        self.trained.device_temperatures = loaded.device_temperatures
         self.trained.correction = loaded.correction
         state_file = Path(path) / ONLINE_STATE
         if state_file.is_file():
@@ -221,7 +216,7 @@ class CaloCostModel(PyCostModel):
         trees = self.scores_with_trees(context)
         batch, graphs = self.batch(context, candidates, trees)
         d = self.model.to_log_latency(self.model(*batch))
-        d = d.scaled(self.temperature(context))
+        d = d.scaled(self.trained.temperature)
         mean = d.gamma.double().numpy()
         bound = mean - self.kappa() * d.epistemic_var.sqrt().double().numpy()
         if trees:

@@ -323,9 +323,6 @@ def evaluate_records(settings: cfg.Settings, model_spec: str, records_dir: str,
     if not recs:
         raise CaloError(f"no successful measurements in {records_dir}")
     trained, label = load_model_spec(settings, model_spec)
-    # A donor of several devices scores one device's store with that device's temperature.
-    trained = trained.for_device({target_key(r.record.target) for r in recs
-                                  if r.record.target is not None})
     kind, stores = trained.graph_kind, trained.needs_stores
     if choose == "uncertainty" and warmup_records:
         splits = choose_by_uncertainty(trained, recs, warmup_records,

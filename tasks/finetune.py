@@ -72,7 +72,7 @@ def finetune(settings: cfg.Settings, device: str) -> dict:
 def _finetune(settings: cfg.Settings, device: str) -> dict:
     settings.target_device(device)
     targets = store_targets(paths.records_dir(device))
-    trained = load_donor(settings).for_device(targets)
+    trained = load_donor(settings)
     graphs = load_graphs(paths.graphs_path(device), trained.graph_kind,
                          settings.extracts_stores(device))
     train, val = (graphs.split(s, settings.split) for s in ("train", "val"))

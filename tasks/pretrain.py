@@ -17,7 +17,7 @@ from calo.errors import CaloError
 from calo.evaluation import checked_temperature, evaluate
 from calo.log import Progress, get_logger
 from calo.models.training import fit
-from calo.records import record_targets, store_targets
+from calo.records import store_targets
 
 # split.donor_calibration: workload keeps whole workloads out of training only when the donor
 # has this many: with a handful, each one held out is a large share of what it could learn.
@@ -138,8 +138,6 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
         trained.donor_rows = tree_rows(train.graphs, train.workload)
         trained.correction = donor_trees(settings.finetune, trained.donor_rows, settings.train.seed)
     trained.temperature = donor_temperature(settings, trained, calibration, 1.0)
-    if settings.calibrate.per_target:
-        trained.device_temperatures = device_temperatures(settings, trained, calibration, also)
     # train: how well it fits what it learned from (tau far below the validation split's
     # ceiling there means it underfits rather than overfits)
     parts = [("train", train), ("val", val), ("test", test)] + (
@@ -148,27 +146,6 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
                for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
     return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature,
                      "train_graphs_per_s": result["graphs_per_s"]}
-
-
-def workload_device(workload: str, donor: str, also: Sequence[str]) -> str:
-    """The device a donor graph's workload was measured on: one of `also` where donor_graphs
-    prefixed its name with that device, else the donor."""
-    return next((d for d in also if workload.startswith(f"{d}/")), donor)
-
-
-def device_temperatures(settings: cfg.Settings, trained: TrainedModel, calibration: GraphSet,
-                        also: Sequence[str]) -> dict[str, float]:
-    """For a donor of several devices (`also`: donor_graphs'), each target's own temperature
-    (records.target_key), fitted and checked like the pooled one on the calibration records
-    measured on it; the pooled temperature where that check refuses."""
-    if not also:
-        return {}
-    measured_on = {d: record_targets(paths.records_dir(d)) for d in (settings.donor, *also)}
-    keys = [measured_on[workload_device(w, settings.donor, also)][r]
-            for w, r in zip(calibration.workload, calibration.record)]
-    return {key: donor_temperature(settings, trained, calibration.select([k == key for k in keys]),
-                                   trained.temperature)
-            for key in sorted({k for k in keys if k is not None})}
 
 
 def donor_temperature(settings: cfg.Settings, trained: TrainedModel, graphs: GraphSet,

@@ -106,24 +106,6 @@ def test_evaluate_takes_a_warmup_of_n_records_per_workload(params, pretrained, t
                for m in MODELS - {"calo"})
 
 
-def test_a_donor_scores_a_device_it_has_a_temperature_for_with_that_one(params, pretrained,
-                                                                         tmp_path):
-    from calo.records import store_targets
-    from calo.tasks.evaluate import evaluate_records
-
-    donor = TrainedModel.load(paths.model_dir(DONOR))
-    store = paths.records_dir(TARGET)
-    donor.device_temperatures = {next(iter(store_targets(store))): donor.temperature * 3,
-                                 "another device": donor.temperature / 3}
-    donor.save(tmp_path / "donor")
-    reports = [evaluate_records(params, str(model), str(store), baselines=False)
-               for model in (paths.model_dir(DONOR), tmp_path / "donor")]
-    assert reports[1]["temperature"] == pytest.approx(reports[0]["temperature"] * 3)
-    pooled, own = (r["overall"]["calo"] for r in reports)
-    assert own["nll"] != pytest.approx(pooled["nll"])
-    assert own["kendall_tau"] == pytest.approx(pooled["kendall_tau"])  # the mean is unmoved
-
-
 @pytest.mark.parametrize("after", ["temperature", "width", "no-wider"])
 def test_a_warm_up_too_small_to_refit_keeps_the_donors_temperature_or_its_width(
         params, pretrained, after):

@@ -161,6 +161,9 @@ def test_a_server_that_is_down_stops_the_command_in_one_line(workdir, calibrated
     (lambda d: (d / "model.json").write_text(json.dumps(
         {**json.loads((d / "model.json").read_text()), "scale_power": 0.6})),
      "serves its scales to the power 0.6"),
+    (lambda d: (d / "model.json").write_text(json.dumps(
+        {**json.loads((d / "model.json").read_text()), "device_temperatures": {"host": 1.5}})),
+     "has a temperature per target (host)"),
 ])
 def test_a_corrupt_model_is_refused_in_one_line_and_nothing_is_overwritten(
         workdir, calibrated, tmp_path, capsys, corrupt, message):

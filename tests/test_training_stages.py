@@ -237,38 +237,7 @@ def test_a_donor_shared_by_two_devices_keeps_each_devices_workloads_apart(params
     assert set(alone.workload) & set(target.workload)
     parts = pretrain.donor_splits(params, [TARGET])
     assert sum(map(len, parts[:3])) > sum(map(len, pretrain.donor_splits(params)[:3]))
-    one_epoch = params.override({"train.max_epochs": 1, "calibrate.per_target": True})
+    one_epoch = params.override({"train.max_epochs": 1})
     trained, _ = pretrain.train_on_donor(one_epoch, *parts, also=[TARGET])
     assert trained.trained_on(store_targets(paths.records_dir(TARGET)))
     assert trained.trained_on(store_targets(paths.records_dir(DONOR)))
-    # each device's temperature is checked on its own share of the calibration records
-    from calo.evaluation import checked_temperature
-    calibration = parts[3]
-    keys = {device: next(iter(store_targets(paths.records_dir(device))))
-            for device in (DONOR, TARGET)}
-    assert keys[DONOR] != keys[TARGET] and set(trained.device_temperatures) == set(keys.values())
-    for device, key in keys.items():
-        mine = calibration.select([w.startswith(f"{TARGET}/") == (device == TARGET)
-                                   for w in calibration.workload])
-        assert 0 < len(mine) < len(calibration)
-        assert trained.device_temperatures[key] == checked_temperature(
-            trained.net, mine, trained.temperature, one_epoch.calibrate.levels,
-            by_workload=one_epoch.calibrate.donor_fit == "workload-median",
-            objective=one_epoch.calibrate.objective)
-    pooled_only = one_epoch.override({"calibrate.per_target": False})
-    assert not pretrain.train_on_donor(pooled_only, *parts, also=[TARGET])[0].device_temperatures
-
-
-def test_a_donors_device_temperature_serves_only_that_device(params, tmp_path):
-    donor = TrainedModel.new(params)
-    donor.temperature, donor.device_temperatures = 1.2, {"host": 1.9, "generic": 1.1}
-    donor.save(tmp_path / "donor")
-    loaded = TrainedModel.load(tmp_path / "donor")
-    assert loaded.device_temperatures == donor.device_temperatures
-    assert loaded.temperature_for({"host"}) == 1.9 and loaded.temperature_for({"generic"}) == 1.1
-    # a device it has no temperature for, or a database of two devices: the pooled one
-    assert loaded.temperature_for({"gpu"}) == loaded.temperature_for(set()) == 1.2
-    assert loaded.temperature_for({"host", "generic"}) == 1.2
-    host = loaded.for_device({"host"})
-    assert host.temperature == 1.9 and not host.device_temperatures and host.net is loaded.net
-    assert loaded.temperature == 1.2  # the donor itself is unchanged

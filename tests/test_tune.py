@@ -257,7 +257,7 @@ def test_cost_model_save_load_keeps_its_whole_state(params, calibrated, tmp_path
     fresh.load(str(tmp_path / "saved"))
     assert fresh.round == model.round == 1 and len(fresh.measured) == len(model.measured)
     assert fresh.tasks == model.tasks
-    assert fresh.temperature(ctx) == model.temperature(ctx)
+    assert fresh.trained.temperature == model.trained.temperature
     assert np.array_equal(fresh.predict(ctx, cands), model.predict(ctx, cands))
 
 
