@@ -38,4 +38,3 @@ def pairwise_rank_loss(y: Tensor, pred: Tensor, group: Tensor | None = None,
         weight = weight * (position[:, None] - position[None, :]).abs()
     weight = weight[pairs]
     return (loss * weight).sum() / weight.sum().clamp_min(_EPS)
-
