@@ -186,7 +186,6 @@ class Finetune:
     rule: tuple[FinetuneStep, ...]           # records of another device than the model's
     # records of a device the model was trained on (new workloads only); empty: `rule`
     same_device_rule: tuple[FinetuneStep, ...] = ()
-    recenter: bool = False
     keep: Literal["best", "last"] = "best"   # the weights of the best validation NLL, or the last
     correction: Correction = Correction()
     # the ranking term's pair weights in fine-tunes and online updates; null: the donor's

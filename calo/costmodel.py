@@ -29,7 +29,7 @@ from calo.correction import fit_correction
 from calo.dataset import collate, collate_union, device_row, to_data
 from calo.graphs import of_candidates, union_of_candidates
 from calo.memory import keep_freed_memory
-from calo.models.training import Anchor, recenter, torch_threads, train_step, workload_batches
+from calo.models.training import Anchor, torch_threads, train_step, workload_batches
 from calo.records import latency_of, target_key
 from calo.schedule_graph import ScheduleGraph, device_of
 
@@ -148,8 +148,6 @@ class CaloCostModel(PyCostModel):
             self.optimizer = torch.optim.AdamW(
                 [p for p in self.model.parameters() if p.requires_grad], lr=step.lr,
                 weight_decay=self.train.weight_decay)
-        if self.finetune.recenter:
-            recenter(self.model, self.measured)
         # Batches and ranking pairs as the fine-tune draws them: within one task, its throughput
         # relative to the task's best, never one task's kernels ranked against another's.
         batches = workload_batches(self.measured, self.tasks, self.finetune.batch_size,

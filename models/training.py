@@ -363,22 +363,6 @@ def _count_batches(graphs: list[Data], batches: Batches, batch_size: int, tags) 
 
 
 @torch.no_grad()
-def recenter(model: EvidentialSAGE, graphs: Sequence[Data]) -> float:
-    """Move the model's latency scale so its mean prediction on `graphs` equals their mean
-    label, and return the shift (natural log).
-
-    A new device is mostly faster or slower across the board. Fitted in closed form before a
-    fine-tune, that shift no longer drives the first gradient steps through every weight, and
-    the steps that follow are left to what changes the order of candidates.
-    """
-    if not graphs:
-        return 0.0
-    shift = (torch.cat([g.y for g in graphs]) - predict(model, graphs).gamma).mean()
-    model.y_mean += shift
-    return shift.item()
-
-
-@torch.no_grad()
 def predict(model: EvidentialSAGE, graphs: Sequence[Data], batch_size: int = 4096,
             window: int | None = None) -> NIG:
     """NIG over natural-log seconds for each graph, in input order (on the CPU)."""

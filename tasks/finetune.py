@@ -16,7 +16,7 @@ from calo.dataset import GraphSet, load_graphs
 from calo.errors import CaloError
 from calo.evaluation import evaluate
 from calo.log import get_logger
-from calo.models.training import fit, recenter
+from calo.models.training import fit
 from calo.records import store_targets
 from calo.tasks.pretrain import log_epoch
 
@@ -40,7 +40,6 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
     same_device = trained.trained_on(targets)
     step = finetune.step_for(graphs.per_workload(), same_device, train.fast_weight)
     on_epoch = log_epoch(label, step.epochs) if label else None
-    shift = recenter(trained.net, graphs.graphs) if finetune.recenter else 0.0
     trained.net.set_trainable(step.layers)
     schedule = {**compute.fit_options(train), "lr": step.lr, "batch_size": finetune.batch_size,
                 "max_epochs": step.epochs, "warmup_epochs": 0, "patience": None,
@@ -57,7 +56,7 @@ def adapt(trained: TrainedModel, finetune: cfg.Finetune, train: cfg.Train, graph
                                         tree_graphs, tree_workloads, train.seed, step.blend,
                                         trained.rows_for(step))
     trained.info["targets"] = sorted(set(trained.info.get("targets", ())) | targets)
-    return {**result, "config": {**schedule, "layers": step.layers, "shift": shift,
+    return {**result, "config": {**schedule, "layers": step.layers,
                                  "correction_rounds": step.correction, "blend": step.blend,
                                  "same_device": same_device,
                                  "warmup_per_workload": graphs.per_workload()}}

@@ -31,7 +31,6 @@ from calo.models.training import (
     fit,
     mean_nll,
     predict,
-    recenter,
     workload_batches,
 )
 from tests.conftest import DONOR
@@ -170,22 +169,6 @@ def test_a_fine_tune_keeps_the_best_validation_epoch_or_the_last(params, extract
         assert all(torch.equal(v, states[epoch][k]) for k, v in model.state_dict().items())
         if keep == "best":
             assert epoch < len(states) - 1
-
-
-def test_recentering_fits_a_device_three_times_slower_without_changing_the_order(
-        params, extracted):
-    graphs = load_graphs(paths.graphs_path(DONOR), params.graph.kind).graphs[:40]
-    model = seeded_model(graphs, hidden=32, layers=2)
-    before = predict(model, graphs).gamma
-    slower = [copy.copy(g) for g in graphs]
-    for g in slower:
-        g.y = g.y + np.log(3.0)
-    offset = float((torch.cat([g.y for g in slower]) - before).mean())
-    assert recenter(model, slower) == pytest.approx(offset, abs=1e-5)
-    after = predict(model, graphs).gamma
-    assert float(after.mean()) == pytest.approx(float(torch.cat([g.y for g in slower]).mean()),
-                                                abs=1e-4)
-    assert torch.equal(after.argsort(), before.argsort())
 
 
 def test_pairwise_rank_loss_rewards_the_measured_order():
