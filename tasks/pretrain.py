@@ -137,7 +137,11 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
     if settings.finetune.keeps_donor_rows:
         trained.donor_rows = tree_rows(train.graphs, train.workload)
         trained.correction = donor_trees(settings.finetune, trained.donor_rows, settings.train.seed)
-    trained.temperature = donor_temperature(settings, trained, calibration, 1.0)
+    # kept at 1 where the calibrate section's fit does not earn its place on these workloads
+    trained.temperature = checked_temperature(
+        trained.net, calibration, 1.0, levels,
+        by_workload=settings.calibrate.donor_fit == "workload-median",
+        objective=settings.calibrate.objective)
     # train: how well it fits what it learned from (tau far below the validation split's
     # ceiling there means it underfits rather than overfits)
     parts = [("train", train), ("val", val), ("test", test)] + (
@@ -146,15 +150,6 @@ def train_on_donor(settings: cfg.Settings, train: GraphSet, val: GraphSet, test:
                for k, v in evaluate(trained.net, part, levels, trained.temperature).items()}
     return trained, {**metrics, "epochs": result["epochs"], "temperature": trained.temperature,
                      "train_graphs_per_s": result["graphs_per_s"]}
-
-
-def donor_temperature(settings: cfg.Settings, trained: TrainedModel, graphs: GraphSet,
-                      current: float) -> float:
-    """The donor's temperature for these calibration graphs as params.yaml's calibrate section
-    fits and checks it (calo.evaluation.checked_temperature), `current` where it refuses."""
-    return checked_temperature(trained.net, graphs, current, settings.calibrate.levels,
-                               by_workload=settings.calibrate.donor_fit == "workload-median",
-                               objective=settings.calibrate.objective)
 
 
 def pretrain(settings: cfg.Settings) -> dict:
