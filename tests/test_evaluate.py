@@ -23,7 +23,7 @@ from calo.cli import main
 from calo.graphs import graph_set
 from calo.records import RECORD_FILE, target_key
 from calo.tasks.evaluate import donor_groups
-from tests.conftest import DONOR, TARGET
+from tests.conftest import DONOR, REPO, TARGET
 
 MODELS = {"calo", "xgb", "xgb_donor"}
 KEYS = {"kendall_tau", "top1", "top5", "regret", "ece", "nll"}
@@ -215,6 +215,27 @@ def test_evaluate_reads_a_database_written_by_plain_tune_tir(params, tuned, tmp_
     # without warm-up records XGBoost only has the donor's data; the warm-up-only variant is
     # reported as not run, with the reason
     assert set(report["overall"]) == {"calo", "xgb_donor"} and "xgb" in report["not_run"]
+
+
+def test_the_committed_donor_scores_a_database_tvms_own_tuner_wrote(params, tmp_path):
+    # benchmarks/data/foreign-cpu-host: ms.tune_tir's two files for programs no pool holds,
+    # so each record's device is read from its target alone (the donor's device-schedule graphs)
+    import tarfile
+
+    with tarfile.open(REPO / "benchmarks" / "data" / "foreign-cpu-host.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    donor = REPO / "benchmarks" / "data" / "donor-unseen-shape"
+    out = tmp_path / "report.json"
+    assert main(["evaluate", "--model", str(donor), "--records",
+                 str(tmp_path / "foreign-cpu-host"), "--warmup", "8", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["warmup_per_workload"] == 8 and report["warmup_records"] == 24
+    assert report["held_out_records"] == 171 - 24 and report["by_source"] == {}
+    assert len(report["per_workload"]) == 3 and {"calo", "xgb"} <= set(report["overall"])
+    assert "5 or more workloads" in report["not_run"]["mlp"]
+    # 24 probes in parts of 8 are too few to refit: the donor's own temperature is served
+    assert report["temperature"] == TrainedModel.load(donor).temperature
+    assert all(-1 <= w["calo"]["kendall_tau"] <= 1 for w in report["per_workload"].values())
 
 
 def test_a_plain_tvm_database_claims_no_sources_and_donor_models_need_donor_records(
