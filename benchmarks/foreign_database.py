@@ -26,6 +26,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from calo.config import load_settings
 from calo.devices import make_target
+from calo.errors import CaloError
 from calo.log import get_logger
 
 
@@ -63,13 +64,13 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=96, help="tune_tir's trials per workload")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    settings = load_settings()
-    if args.device not in settings.devices:
-        raise SystemExit(f"--device: unknown device '{args.device}' (params.yaml devices: "
-                         f"{', '.join(settings.devices)})")
     if args.trials < 1:
         raise SystemExit(f"--trials must be >= 1, got {args.trials}")
-    log, target = get_logger(), make_target(settings.devices[args.device])
+    try:
+        target = make_target(load_settings().device(args.device))
+    except CaloError as err:
+        raise SystemExit(f"--device: {err}") from None
+    log = get_logger()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     done_file = args.out_dir / "done.txt"
     done = set(done_file.read_text().split()) if done_file.exists() else set()

@@ -220,14 +220,13 @@ def test_evaluate_reads_a_database_written_by_plain_tune_tir(params, tuned, tmp_
 def test_the_committed_donor_scores_a_database_tvms_own_tuner_wrote(params, tmp_path):
     # benchmarks/data/foreign-cpu-host: ms.tune_tir's two files for programs no pool holds,
     # so each record's device is read from its target alone (the donor's device-schedule graphs)
-    import tarfile
+    from harvest_pools import unpack
 
-    with tarfile.open(REPO / "benchmarks" / "data" / "foreign-cpu-host.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
+    store = unpack(REPO / "benchmarks" / "data" / "foreign-cpu-host.tar.gz", tmp_path)
     donor = REPO / "benchmarks" / "data" / "donor-unseen-shape"
     out = tmp_path / "report.json"
-    assert main(["evaluate", "--model", str(donor), "--records",
-                 str(tmp_path / "foreign-cpu-host"), "--warmup", "8", "--json", str(out)]) == 0
+    assert main(["evaluate", "--model", str(donor), "--records", str(store), "--warmup", "8",
+                 "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["warmup_per_workload"] == 8 and report["warmup_records"] == 24
     assert report["held_out_records"] == 171 - 24 and report["by_source"] == {}
